@@ -49,7 +49,7 @@ sdpa_status sdpa_error_wrap(sdpa_status status, const char *fmt, ...) {
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
   memcpy(inner, last_error, sizeof inner);
-  snprintf(last_error, sizeof last_error, "%s: %s", prefix, inner);
+  snprintf(last_error, sizeof last_error, "%.500s: %.1500s", prefix, inner);
   return status;
 }
 

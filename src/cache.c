@@ -1,0 +1,2 @@
+/* cache.c — being written. */
+typedef int sdpa_cache_unit_;

@@ -1,0 +1,2 @@
+/* compile.c — being written. */
+typedef int sdpa_compile_unit_;

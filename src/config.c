@@ -1,0 +1,2 @@
+/* config.c — being written. */
+typedef int sdpa_config_unit_;

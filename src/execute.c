@@ -1,0 +1,2 @@
+/* execute.c — being written. */
+typedef int sdpa_execute_unit_;

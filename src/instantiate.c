@@ -1,0 +1,2 @@
+/* instantiate.c — being written. */
+typedef int sdpa_instantiate_unit_;

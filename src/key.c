@@ -1,0 +1,2 @@
+/* key.c — being written. */
+typedef int sdpa_key_unit_;

@@ -1,0 +1,2 @@
+/* nvrtc.c — being written. */
+typedef int sdpa_nvrtc_unit_;

@@ -1,0 +1,30 @@
+/*
+ * nvrtc.h — compiling a translation unit to a cubin with NVRTC.
+ *
+ * The templates need no toolkit include path: every header they include is
+ * embedded (templates/) and handed to NVRTC as a named header, so the key
+ * covers every byte compiled.
+ */
+#ifndef SDPA_NVRTC_H
+#define SDPA_NVRTC_H
+
+#include <stddef.h>
+
+#include "sdpa_jit.h"
+
+/* "13.0": NVRTC's version as it enters the key. */
+const char *sdpa_nvrtc_version(void);
+
+/* The option list used for `arch` (e.g. "-arch=sm_90", "-std=c++17",
+ * "-default-device", ...), NULL-terminated, static. Enters the key. */
+const char *const *sdpa_nvrtc_options(int arch);
+
+/* Compiles `source` (named `name` in diagnostics) for `arch` with the
+ * embedded templates as headers. On success *cubin (malloc'd) and *size.
+ * *log (malloc'd, possibly "") gets NVRTC's log whether or not it worked;
+ * *log may be NULL on out-of-memory. On failure returns
+ * SDPA_STATUS_COMPILE_FAILED with the first log lines in the message. */
+sdpa_status sdpa_nvrtc_compile(const char *source, const char *name, int arch,
+                               void **cubin, size_t *size, char **log);
+
+#endif /* SDPA_NVRTC_H */

@@ -1,0 +1,2 @@
+/* plan.c — being written. */
+typedef int sdpa_plan_unit_;

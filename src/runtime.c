@@ -1,0 +1,2 @@
+/* runtime.c — being written. */
+typedef int sdpa_runtime_unit_;

@@ -1,0 +1,2 @@
+/* placeholder */
+#include "sdpa_params.h"

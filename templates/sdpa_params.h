@@ -1,0 +1,66 @@
+/*
+ * sdpa_params.h — the launch parameter block shared by the host (execute.c)
+ * and the kernels (compiled by NVRTC, which receives this file as a named
+ * header). Plain C, fixed-width types only, so both compilers lay it out
+ * identically. Passed by value to every kernel of the chain.
+ *
+ * Index conventions (elements, not bytes):
+ *   BSHD  X[b, s, h, d]  at b*X_batch + s*X_seq + h*X_head + d
+ *   THD   X[t, h, d]     at t*X_seq + h*X_head + d   (X_batch unused)
+ *   LSE   BSHD [b,h,s] at b*lse_batch + h*lse_head + s*lse_seq;
+ *         THD  [h,t]   at h*lse_head + t*lse_seq
+ *   Workspace (fp32), row = token (BSHD: b*seqlen_q + s; THD: t):
+ *         dq_accum[(row*heads_q + h)*head_dim + d]
+ *         delta[h*rows + row]
+ *   semaphores[(h*batch + b)*q_tiles + tile] (deterministic mode)
+ */
+#ifndef SDPA_PARAMS_H
+#define SDPA_PARAMS_H
+
+#ifdef __CUDACC_RTC__
+typedef long long sdpa_i64;
+typedef int sdpa_i32;
+#else
+#include <stdint.h>
+typedef int64_t sdpa_i64;
+typedef int32_t sdpa_i32;
+#endif
+
+typedef struct sdpa_kernel_params {
+  const void *q, *k, *v, *o, *dout;
+  const float *lse;
+  void *dq, *dk, *dv;
+  float *dq_accum;
+  float *delta;
+  sdpa_i32 *semaphores;
+  sdpa_i32 *error_flag; /* mapped host word; nonzero = bad device input */
+  const sdpa_i32 *cu_seqlens_q, *cu_seqlens_kv;
+
+  sdpa_i64 q_batch, q_seq, q_head;
+  sdpa_i64 k_batch, k_seq, k_head;
+  sdpa_i64 v_batch, v_seq, v_head;
+  sdpa_i64 o_batch, o_seq, o_head;
+  sdpa_i64 do_batch, do_seq, do_head;
+  sdpa_i64 dq_batch, dq_seq, dq_head;
+  sdpa_i64 dk_batch, dk_seq, dk_head;
+  sdpa_i64 dv_batch, dv_seq, dv_head;
+  sdpa_i64 lse_batch, lse_head, lse_seq;
+
+  sdpa_i64 rows_q;   /* BSHD: batch*seqlen_q; THD: total_q          */
+  sdpa_i64 rows_kv;  /* BSHD: batch*seqlen_kv; THD: total_kv        */
+  sdpa_i32 batch;    /* BSHD batch / THD sequences                  */
+  sdpa_i32 heads_q, heads_kv, group; /* group = heads_q / heads_kv  */
+  sdpa_i32 seqlen_q, seqlen_kv;      /* BSHD lengths / THD max_s    */
+  sdpa_i32 q_tiles;  /* ceil(seqlen_q / Q_TILE)                     */
+  sdpa_i32 window_left, window_right; /* -1 unbounded               */
+  float scale;       /* softmax scale                               */
+  float scale_log2;  /* scale * log2(e)                             */
+} sdpa_kernel_params;
+
+/* Error flag bits (error_flag word). */
+#define SDPA_DEVICE_ERR_SEQLEN_Q 1   /* a THD query length > max_s hint */
+#define SDPA_DEVICE_ERR_SEQLEN_KV 2  /* a THD key length > max_s hint   */
+#define SDPA_DEVICE_ERR_OFFSETS 4    /* cu_seqlens past the totals / not
+                                        monotone                         */
+
+#endif /* SDPA_PARAMS_H */
