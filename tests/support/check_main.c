@@ -1,7 +1,6 @@
 /*
  * check_main.c — running a Check suite, and temp directories for tests.
  */
-#define _GNU_SOURCE
 #include "check_main.h"
 
 #include <stdio.h>
