@@ -1,2 +1,72 @@
-/* config.c — being written. */
-typedef int sdpa_config_unit_;
+/*
+ * config.c — the per-arch table of kernel configurations.
+ *
+ * A configuration is the query tile M, the kv tile N, the warps and the
+ * Q/dO pipeline depth of the main kernel. Shared memory decides most of
+ * it: sm_80/sm_87 give a block 163 KiB, sm_90/sm_100 227 KiB, the consumer
+ * parts (sm_86, sm_89, sm_120) 99 KiB. Registers decide the rest: dK and
+ * dV live in registers, N*(D+DV)/(32*warps) floats per thread, kept at
+ * 128 or below. The table lists, per head_dim, candidates from fastest to
+ * smallest; the first that fits the arch's shared memory wins.
+ */
+#include <stdio.h>
+
+#include "plan.h"
+#include "status.h"
+
+int sdpa_arch_smem_limit(int arch) {
+  switch (arch) {
+  case 80: case 87: return 166912;           /* 163 KiB */
+  case 90: case 100: case 103: case 110: return 232448; /* 227 KiB */
+  default: return 101376;                   /* 99 KiB: 86, 89, 120, 121 */
+  }
+}
+
+int sdpa_config_smem_bytes(int head_dim, int head_dim_v,
+                           const sdpa_kernel_config *c) {
+  const int ld_d = head_dim + 8, ld_dv = head_dim_v + 8, ld_n = c->kv_tile + 8;
+  return c->kv_tile * ld_d * 2 + c->kv_tile * ld_dv * 2 +
+         c->stages * c->q_tile * (ld_d + ld_dv) * 2 +
+         2 * c->q_tile * ld_n * 2 + 2 * c->stages * c->q_tile * 4;
+}
+
+typedef struct {
+  int head_dim;
+  sdpa_kernel_config candidates[4]; /* q_tile 0 ends the list */
+} config_row;
+
+/* {q_tile, kv_tile, warps, stages} by head_dim, best first. */
+static const config_row table[] = {
+  {32,  {{64, 128, 8, 2}, {64, 64, 8, 2}, {0}}},
+  {64,  {{64, 128, 8, 2}, {64, 64, 8, 2}, {0}}},
+  {96,  {{64, 128, 8, 2}, {64, 64, 8, 2}, {64, 64, 8, 1}, {0}}},
+  {128, {{64, 128, 8, 2}, {64, 128, 8, 1}, {64, 64, 8, 1}, {0}}},
+  {192, {{64, 64, 8, 2}, {64, 64, 8, 1}, {32, 64, 8, 1}, {0}}},
+  {256, {{64, 64, 8, 2}, {64, 64, 8, 1}, {32, 32, 4, 1}, {0}}},
+};
+
+sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, sdpa_kernel_config *out) {
+  const int limit = sdpa_arch_smem_limit(d->arch);
+  int smallest = 0;
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
+    if (table[i].head_dim != d->head_dim) continue;
+    for (int k = 0; k < 4 && table[i].candidates[k].q_tile; ++k) {
+      sdpa_kernel_config c = table[i].candidates[k];
+      c.smem_bytes = sdpa_config_smem_bytes(d->head_dim, d->head_dim_v, &c);
+      if (c.smem_bytes <= limit) {
+        *out = c;
+        return SDPA_STATUS_SUCCESS;
+      }
+      smallest = c.smem_bytes;
+    }
+    return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
+                          "desc.head_dim = %d (head_dim_v %d) needs %d bytes of "
+                          "shared memory per block at the smallest tiles; sm_%d "
+                          "allows %d",
+                          d->head_dim, d->head_dim_v, smallest, d->arch, limit);
+  }
+  return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
+                        "desc.head_dim = %d is not supported: supported are 32, "
+                        "64, 96, 128, 192, 256",
+                        d->head_dim);
+}

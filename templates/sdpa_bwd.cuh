@@ -1,2 +1,462 @@
-/* placeholder */
+/*
+ * sdpa_bwd.cuh — flash-attention backward for sm_80 and later (mma.sync),
+ * KV-stationary. Three kernels make one backward:
+ *
+ *   sdpa_bwd_preprocess  Delta[h, row] = sum_d dO*O; zero the fp32 dQ
+ *                        accumulator (and the semaphores when
+ *                        deterministic).
+ *   sdpa_bwd_main        one CTA per (kv tile, kv head, batch/sequence):
+ *                        K, V tile resident in shared memory, dK, dV in
+ *                        registers; for every query head of the kv head's
+ *                        group and every query tile that sees the kv tile:
+ *                          S = Q K^T, dP = dO V^T          (warps split MxN)
+ *                          P = exp2(S*scale*log2e - LSE*log2e), masked to 0
+ *                          dS = P * (dP - Delta)           -> P, dS to smem
+ *                          dV += P^T dO, dK += dS^T Q      (warps split NxD)
+ *                          dQacc += dS K  (fp32 atomics)   (warps split MxD)
+ *                        epilogue dK *= scale, write dK, dV.
+ *   sdpa_bwd_convert_dq  dQ = dtype(dQacc * scale).
+ *
+ * Parameters (the translation unit #defines them; each is a key field):
+ *   SDPA_DTYPE 1 fp16 | 2 bf16;  SDPA_HEAD_DIM, SDPA_HEAD_DIM_V;
+ *   SDPA_Q_TILE (M), SDPA_KV_TILE (N), SDPA_WARPS, SDPA_STAGES (1|2);
+ *   SDPA_LSE_PACKED (LSE seq stride 1); SDPA_LAYOUT 1 BSHD | 2 THD;
+ *   SDPA_MASK 0 none | 1 causal top-left | 2 causal bottom-right | 3 window;
+ *   SDPA_DETERMINISTIC; SDPA_EVEN (BSHD, lengths multiples of M and N).
+ *
+ * Launch contract (execute.c):
+ *   preprocess / convert: grid ceil(rows_q*heads_q / 8), block 256, no smem.
+ *   main: grid (ceil(seqlen_kv / N), heads_kv, batch), block 32*SDPA_WARPS,
+ *         dynamic smem sdpa_config_smem_bytes() (see SMEM_* below).
+ *   Reads q, k, v, o, dout, lse, cu_seqlens; writes dq, dk, dv and the
+ *   workspace; sets bits in *error_flag for bad THD offsets/lengths.
+ *
+ * Masking: key k visible to query i iff (right < 0 || k <= i+off+right) and
+ * (left < 0 || k >= i+off-left), with off = 0 (top-left) or skv - sq; tile
+ * pairs that see nothing are skipped, tiles fully visible and in bounds are
+ * not masked element-wise. Deterministic mode orders the dQ atomics of the
+ * kv tiles visiting one query tile by kv-tile index with a semaphore.
+ */
 #include "sdpa_params.h"
+#include "sdpa_mma.cuh"
+
+#define D SDPA_HEAD_DIM
+#define DV SDPA_HEAD_DIM_V
+#define M SDPA_Q_TILE
+#define N SDPA_KV_TILE
+#define NW SDPA_WARPS
+#define NT (NW * 32)
+#define DT SDPA_DTYPE
+
+/* Padded row strides (elements) of the shared tiles. */
+#define LD_D (D + 8)
+#define LD_DV (DV + 8)
+#define LD_N (N + 8)
+
+/* Warp partitions of the three GEMM shapes. */
+#define S_WM (M / 16 < NW ? M / 16 : NW)   /* S, dP: M x N            */
+#define S_WN (NW / S_WM)
+#define KV_WN (N / 16 < NW ? N / 16 : NW)  /* dK, dV: N x D / N x DV  */
+#define KV_WD (NW / KV_WN)
+#define Q_WM (M / 16 < NW ? M / 16 : NW)   /* dQ: M x D               */
+#define Q_WD (NW / Q_WM)
+#define S_TM (M / S_WM)
+#define S_TN (N / S_WN)
+#define KV_TN (N / KV_WN)
+#define KV_TD (D / KV_WD)
+#define KV_TDV (DV / KV_WD)
+#define Q_TM (M / Q_WM)
+#define Q_TD (D / Q_WD)
+
+static_assert(S_WM * S_WN == NW && KV_WN * KV_WD == NW && Q_WM * Q_WD == NW,
+              "warps must tile every GEMM");
+static_assert(S_TM % 16 == 0 && S_TN % 16 == 0, "S warp tile");
+static_assert(KV_TN % 16 == 0 && KV_TD % 16 == 0 && KV_TDV % 16 == 0,
+              "dK/dV warp tile");
+static_assert(Q_TM % 16 == 0 && Q_TD % 16 == 0, "dQ warp tile");
+static_assert(D % 32 == 0 && DV % 32 == 0 && DV <= D, "head dims");
+
+/* Shared memory carve (bytes). */
+#define SMEM_K 0
+#define SMEM_V (SMEM_K + N * LD_D * 2)
+#define SMEM_Q (SMEM_V + N * LD_DV * 2)
+#define SMEM_DO (SMEM_Q + SDPA_STAGES * M * LD_D * 2)
+#define SMEM_P (SMEM_DO + SDPA_STAGES * M * LD_DV * 2)
+#define SMEM_DS (SMEM_P + M * LD_N * 2)
+#define SMEM_LSE (SMEM_DS + M * LD_N * 2)
+#define SMEM_DELTA (SMEM_LSE + SDPA_STAGES * M * 4)
+#define SMEM_TOTAL (SMEM_DELTA + SDPA_STAGES * M * 4)
+
+#define LOG2E 1.4426950408889634f
+
+/* Band of visible keys for one sequence. */
+struct Band {
+  int off, left, right; /* left/right < 0: unbounded */
+};
+
+SDPA_DEVICE Band make_band(const sdpa_kernel_params &p, int sq, int skv) {
+  Band b;
+#if SDPA_MASK == 0
+  b.off = 0; b.left = -1; b.right = -1;
+#elif SDPA_MASK == 1
+  b.off = 0; b.left = -1; b.right = 0;
+#elif SDPA_MASK == 2
+  b.off = skv - sq; b.left = -1; b.right = 0;
+#else
+  b.off = skv - sq; b.left = p.window_left; b.right = p.window_right;
+#endif
+  (void)p; (void)sq; (void)skv;
+  return b;
+}
+
+/* Sequence bounds of batch entry / sequence `b`: first row of q and kv in
+ * the row space of the workspace, lengths. Returns false (and flags the
+ * error once) when THD offsets are inconsistent with the launch. */
+SDPA_DEVICE bool sequence_bounds(const sdpa_kernel_params &p, int b,
+                                 sdpa_i64 &q0, sdpa_i64 &kv0, int &sq,
+                                 int &skv, bool report) {
+#if SDPA_LAYOUT == 1
+  q0 = (sdpa_i64)b * p.seqlen_q;
+  kv0 = (sdpa_i64)b * p.seqlen_kv;
+  sq = p.seqlen_q;
+  skv = p.seqlen_kv;
+  (void)report;
+  return true;
+#else
+  const sdpa_i64 qa = p.cu_seqlens_q[b], qb = p.cu_seqlens_q[b + 1];
+  const sdpa_i64 ka = p.cu_seqlens_kv[b], kb = p.cu_seqlens_kv[b + 1];
+  int err = 0;
+  if (qa < 0 || qb < qa || qb > p.rows_q || ka < 0 || kb < ka || kb > p.rows_kv)
+    err |= SDPA_DEVICE_ERR_OFFSETS;
+  else {
+    if (qb - qa > p.seqlen_q) err |= SDPA_DEVICE_ERR_SEQLEN_Q;
+    if (kb - ka > p.seqlen_kv) err |= SDPA_DEVICE_ERR_SEQLEN_KV;
+  }
+  if (err) {
+    if (report) *(volatile sdpa_i32 *)p.error_flag = err; /* host-mapped */
+    return false;
+  }
+  q0 = qa; kv0 = ka;
+  sq = (int)(qb - qa);
+  skv = (int)(kb - ka);
+  return true;
+#endif
+}
+
+/* ------------------------------------------------------------ preprocess */
+
+/* One warp per (row, head): Delta = sum(dO * O) over DV; zero dQacc. */
+extern "C" __global__ void __launch_bounds__(256)
+sdpa_bwd_preprocess(const sdpa_kernel_params p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (SDPA_DETERMINISTIC && blockIdx.x == 0) {
+    const int n = p.heads_q * p.batch * p.q_tiles;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) p.semaphores[i] = 0;
+  }
+  const sdpa_i64 item = (sdpa_i64)blockIdx.x * 8 + warp;
+  if (item >= p.rows_q * p.heads_q) return;
+  const sdpa_i64 row = item / p.heads_q;
+  const int h = (int)(item - row * p.heads_q);
+#if SDPA_LAYOUT == 1
+  const sdpa_i64 bb = row / p.seqlen_q, s = row - bb * p.seqlen_q;
+  const sdpa_i64 o_at = bb * p.o_batch + s * p.o_seq + h * p.o_head;
+  const sdpa_i64 do_at = bb * p.do_batch + s * p.do_seq + h * p.do_head;
+#else
+  const sdpa_i64 o_at = row * p.o_seq + h * p.o_head;
+  const sdpa_i64 do_at = row * p.do_seq + h * p.do_head;
+#endif
+  const u16 *o = (const u16 *)p.o + o_at;
+  const u16 *dout = (const u16 *)p.dout + do_at;
+  float sum = 0.f;
+  for (int d = lane * 2; d < DV; d += 64) {
+    const u32 ov = *(const u32 *)(o + d), dv = *(const u32 *)(dout + d);
+    sum += to_float<DT>((u16)(ov & 0xffff)) * to_float<DT>((u16)(dv & 0xffff));
+    sum += to_float<DT>((u16)(ov >> 16)) * to_float<DT>((u16)(dv >> 16));
+  }
+#pragma unroll
+  for (int s2 = 16; s2 > 0; s2 >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s2);
+  if (lane == 0) p.delta[(sdpa_i64)h * p.rows_q + row] = sum;
+  float4 *acc = (float4 *)(p.dq_accum + item * D);
+  for (int d = lane; d < D / 4; d += 32) acc[d] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+/* --------------------------------------------------------------- convert */
+
+/* One warp per (row, head): dq = dtype(dQacc * scale). */
+extern "C" __global__ void __launch_bounds__(256)
+sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const sdpa_i64 item = (sdpa_i64)blockIdx.x * 8 + warp;
+  if (item >= p.rows_q * p.heads_q) return;
+  const sdpa_i64 row = item / p.heads_q;
+  const int h = (int)(item - row * p.heads_q);
+#if SDPA_LAYOUT == 1
+  const sdpa_i64 bb = row / p.seqlen_q, s = row - bb * p.seqlen_q;
+  const sdpa_i64 at = bb * p.dq_batch + s * p.dq_seq + h * p.dq_head;
+#else
+  const sdpa_i64 at = row * p.dq_seq + h * p.dq_head;
+#endif
+  u16 *dq = (u16 *)p.dq + at;
+  const float *acc = p.dq_accum + item * D;
+  for (int d = lane * 2; d < D; d += 64) {
+    const float2 v = *(const float2 *)(acc + d);
+    *(u32 *)(dq + d) = pack2<DT>(v.x * p.scale, v.y * p.scale);
+  }
+}
+
+/* ------------------------------------------------------------------ main */
+
+/* Copies a [rows x COLS] tile (row stride `stride` elements in global) into
+ * shared memory with padded stride COLS+8; rows >= valid are zero-filled. */
+template <int ROWS, int COLS>
+SDPA_DEVICE void load_tile(u16 *smem, const u16 *g, sdpa_i64 stride,
+                           int valid) {
+  constexpr int CHUNKS = COLS / 8;
+  const u32 base = smem_u32(smem);
+  for (int c = threadIdx.x; c < ROWS * CHUNKS; c += NT) {
+    const int r = c / CHUNKS, k = (c - r * CHUNKS) * 8;
+    const bool ok = SDPA_EVEN || r < valid;
+    const u16 *src = ok ? g + r * stride + k : g;
+    cp_async16(base + (r * (COLS + 8) + k) * 2, src, ok);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(NT, 1)
+sdpa_bwd_main(const sdpa_kernel_params p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  u16 *sK = (u16 *)(smem + SMEM_K);
+  u16 *sV = (u16 *)(smem + SMEM_V);
+  u16 *sP = (u16 *)(smem + SMEM_P);
+  u16 *sdS = (u16 *)(smem + SMEM_DS);
+  float *sLSE = (float *)(smem + SMEM_LSE);
+  float *sDelta = (float *)(smem + SMEM_DELTA);
+
+  const int j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+
+  sdpa_i64 q0, kv0;
+  int sq, skv;
+  if (!sequence_bounds(p, b, q0, kv0, sq, skv, j == 0 && hk == 0 && threadIdx.x == 0))
+    return;
+  const int k0 = j * N;
+  if (k0 >= skv) return;
+  const int kv_valid = skv - k0 < N ? skv - k0 : N;
+  const Band band = make_band(p, sq, skv);
+
+  /* Query rows that see some key of this tile -> query tile range. */
+  int lo = 0, hi = sq - 1;
+  if (band.right >= 0) lo = max(lo, k0 - band.off - band.right);
+  if (band.left >= 0) hi = min(hi, k0 + kv_valid - 1 - band.off + band.left);
+  const int it_lo = lo / M, it_hi = lo <= hi ? hi / M : it_lo - 1;
+
+  /* Global bases (elements). */
+#if SDPA_LAYOUT == 1
+  const sdpa_i64 kb = (sdpa_i64)b * p.k_batch + (sdpa_i64)k0 * p.k_seq + (sdpa_i64)hk * p.k_head;
+  const sdpa_i64 vb = (sdpa_i64)b * p.v_batch + (sdpa_i64)k0 * p.v_seq + (sdpa_i64)hk * p.v_head;
+  const sdpa_i64 dkb = (sdpa_i64)b * p.dk_batch + (sdpa_i64)k0 * p.dk_seq + (sdpa_i64)hk * p.dk_head;
+  const sdpa_i64 dvb = (sdpa_i64)b * p.dv_batch + (sdpa_i64)k0 * p.dv_seq + (sdpa_i64)hk * p.dv_head;
+#else
+  const sdpa_i64 kb = (kv0 + k0) * p.k_seq + (sdpa_i64)hk * p.k_head;
+  const sdpa_i64 vb = (kv0 + k0) * p.v_seq + (sdpa_i64)hk * p.v_head;
+  const sdpa_i64 dkb = (kv0 + k0) * p.dk_seq + (sdpa_i64)hk * p.dk_head;
+  const sdpa_i64 dvb = (kv0 + k0) * p.dv_seq + (sdpa_i64)hk * p.dv_head;
+#endif
+
+  load_tile<N, D>(sK, (const u16 *)p.k + kb, p.k_seq, kv_valid);
+  load_tile<N, DV>(sV, (const u16 *)p.v + vb, p.v_seq, kv_valid);
+  cp_async_commit();
+
+  /* Warp positions in each partition. */
+  const int s_m = (warp % S_WM) * S_TM, s_n = (warp / S_WM) * S_TN;
+  const int kv_n = (warp % KV_WN) * KV_TN, kv_d = (warp / KV_WN) * KV_TD;
+  const int kv_dv = (warp / KV_WN) * KV_TDV;
+  const int q_m = (warp % Q_WM) * Q_TM, q_d = (warp / Q_WM) * Q_TD;
+
+  float acc_dk[KV_TN / 16][KV_TD / 8][4];
+  float acc_dv[KV_TN / 16][KV_TDV / 8][4];
+  zero_acc(acc_dk);
+  zero_acc(acc_dv);
+
+  const int n_tiles = it_hi - it_lo + 1;
+  const int steps = n_tiles > 0 ? n_tiles * p.group : 0;
+
+  /* Issues the loads of step `st` (query head, query tile) into `stage`. */
+  auto issue = [&](int st, int stage) {
+    const int h = hk * p.group + st / n_tiles;
+    const int it = it_lo + st % n_tiles;
+    const int i0 = it * M;
+    const int q_valid = sq - i0 < M ? sq - i0 : M;
+#if SDPA_LAYOUT == 1
+    const sdpa_i64 qb = (sdpa_i64)b * p.q_batch + (sdpa_i64)i0 * p.q_seq + (sdpa_i64)h * p.q_head;
+    const sdpa_i64 dob = (sdpa_i64)b * p.do_batch + (sdpa_i64)i0 * p.do_seq + (sdpa_i64)h * p.do_head;
+    const sdpa_i64 lse_b = (sdpa_i64)b * p.lse_batch + (sdpa_i64)h * p.lse_head;
+#else
+    const sdpa_i64 qb = (q0 + i0) * p.q_seq + (sdpa_i64)h * p.q_head;
+    const sdpa_i64 dob = (q0 + i0) * p.do_seq + (sdpa_i64)h * p.do_head;
+    const sdpa_i64 lse_b = (sdpa_i64)h * p.lse_head + q0 * p.lse_seq;
+#endif
+    load_tile<M, D>((u16 *)(smem + SMEM_Q) + stage * M * LD_D, (const u16 *)p.q + qb,
+                    p.q_seq, q_valid);
+    load_tile<M, DV>((u16 *)(smem + SMEM_DO) + stage * M * LD_DV,
+                     (const u16 *)p.dout + dob, p.do_seq, q_valid);
+    cp_async_commit();
+    for (int r = threadIdx.x; r < M; r += NT) {
+      const int i = i0 + r;
+      float lse = __int_as_float(0x7f800000); /* +inf: P = 0 */
+      float delta = 0.f;
+      if (SDPA_EVEN || i < sq) {
+#if SDPA_LSE_PACKED
+        lse = p.lse[lse_b + i];
+#else
+        lse = p.lse[lse_b + (sdpa_i64)i * p.lse_seq];
+#endif
+        if (lse == __int_as_float(0xff800000)) lse = __int_as_float(0x7f800000);
+        delta = p.delta[(sdpa_i64)h * p.rows_q + q0 + i];
+      }
+      sLSE[stage * M + r] = lse * LOG2E;
+      sDelta[stage * M + r] = delta;
+    }
+  };
+
+  if (steps > 0) issue(0, 0);
+
+  for (int st = 0; st < steps; ++st) {
+    const int stage = SDPA_STAGES == 2 ? (st & 1) : 0;
+    if (SDPA_STAGES == 2 && st + 1 < steps) {
+      issue(st + 1, stage ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    const int h = hk * p.group + st / n_tiles;
+    const int it = it_lo + st % n_tiles;
+    const int i0 = it * M;
+    const u16 *sQ = (const u16 *)(smem + SMEM_Q) + stage * M * LD_D;
+    const u16 *sdO = (const u16 *)(smem + SMEM_DO) + stage * M * LD_DV;
+    const float *lse = sLSE + stage * M;
+    const float *dlt = sDelta + stage * M;
+
+    /* ---- S = Q K^T and dP = dO V^T over this warp's S tile. */
+    {
+      float acc_s[S_TM / 16][S_TN / 8][4];
+      float acc_dp[S_TM / 16][S_TN / 8][4];
+      zero_acc(acc_s);
+      zero_acc(acc_dp);
+      warp_gemm<DT, S_TM, S_TN, D, false, false>(acc_s, sQ + s_m * LD_D, LD_D,
+                                                 sK + s_n * LD_D, LD_D);
+      warp_gemm<DT, S_TM, S_TN, DV, false, false>(acc_dp, sdO + s_m * LD_DV, LD_DV,
+                                                  sV + s_n * LD_DV, LD_DV);
+      /* Does this tile pair need element-wise masking? */
+      bool full = SDPA_EVEN || (i0 + M <= sq && k0 + N <= skv);
+      if (band.right >= 0 && k0 + N - 1 > i0 + band.off + band.right) full = false;
+      if (band.left >= 0 && k0 < i0 + M - 1 + band.off - band.left) full = false;
+#pragma unroll
+      for (int mi = 0; mi < S_TM / 16; ++mi)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int r = s_m + mi * 16 + g + hf * 8;
+          const float row_lse = lse[r], row_delta = dlt[r];
+          const int i = i0 + r;
+#pragma unroll
+          for (int nj = 0; nj < S_TN / 8; ++nj) {
+            float pv[2], ds[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int c = s_n + nj * 8 + 2 * t + e;
+              float pe = fast_exp2(acc_s[mi][nj][hf * 2 + e] * p.scale_log2 - row_lse);
+              if (!full) {
+                const int k = k0 + c;
+                bool vis = SDPA_EVEN || (i < sq && k < skv);
+                if (band.right >= 0 && k > i + band.off + band.right) vis = false;
+                if (band.left >= 0 && k < i + band.off - band.left) vis = false;
+                if (!vis) pe = 0.f;
+              }
+              pv[e] = pe;
+              ds[e] = pe * (acc_dp[mi][nj][hf * 2 + e] - row_delta);
+            }
+            const int c = s_n + nj * 8 + 2 * t;
+            *(u32 *)(sP + r * LD_N + c) = pack2<DT>(pv[0], pv[1]);
+            *(u32 *)(sdS + r * LD_N + c) = pack2<DT>(ds[0], ds[1]);
+          }
+        }
+    }
+    __syncthreads();
+
+    /* ---- dV += P^T dO, dK += dS^T Q. */
+    warp_gemm<DT, KV_TN, KV_TDV, M, true, true>(acc_dv, sP + kv_n, LD_N,
+                                                sdO + kv_dv, LD_DV);
+    warp_gemm<DT, KV_TN, KV_TD, M, true, true>(acc_dk, sdS + kv_n, LD_N,
+                                               sQ + kv_d, LD_D);
+
+    /* ---- dQacc += dS K. */
+    {
+      float acc_dq[Q_TM / 16][Q_TD / 8][4];
+      zero_acc(acc_dq);
+      warp_gemm<DT, Q_TM, Q_TD, N, false, true>(acc_dq, sdS + q_m * LD_N, LD_N,
+                                                sK + q_d, LD_D);
+#if SDPA_DETERMINISTIC
+      /* Wait for the kv tiles before this one (in index order) that visit
+       * this query tile. */
+      const int a_row = i0;
+      int kv_first = 0;
+      if (band.left >= 0) kv_first = max(0, a_row + band.off - band.left) / N;
+      int *sem = p.semaphores + ((sdpa_i64)h * p.batch + b) * p.q_tiles + it;
+      if (threadIdx.x == 0) {
+        int seen;
+        do {
+          asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(sem));
+        } while (seen != j - kv_first);
+      }
+      __syncthreads();
+#endif
+      float *dqa = p.dq_accum + ((q0 + i0) * p.heads_q + h) * (sdpa_i64)D;
+      const sdpa_i64 row_stride = (sdpa_i64)p.heads_q * D;
+#pragma unroll
+      for (int mi = 0; mi < Q_TM / 16; ++mi)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int r = q_m + mi * 16 + g + hf * 8;
+          if (SDPA_EVEN || i0 + r < sq) {
+            float *rowp = dqa + r * row_stride + q_d + 2 * t;
+#pragma unroll
+            for (int nj = 0; nj < Q_TD / 8; ++nj) {
+              atomicAdd(rowp + nj * 8, acc_dq[mi][nj][hf * 2]);
+              atomicAdd(rowp + nj * 8 + 1, acc_dq[mi][nj][hf * 2 + 1]);
+            }
+          }
+        }
+#if SDPA_DETERMINISTIC
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        const int next = j - kv_first + 1;
+        asm volatile("st.release.gpu.global.s32 [%0], %1;" :: "l"(sem), "r"(next));
+      }
+#endif
+    }
+    __syncthreads();
+  }
+
+  /* ---- epilogue: dK (scaled), dV rows < kv_valid. */
+  u16 *dk = (u16 *)p.dk + dkb;
+  u16 *dv = (u16 *)p.dv + dvb;
+#pragma unroll
+  for (int ni = 0; ni < KV_TN / 16; ++ni)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = kv_n + ni * 16 + g + hf * 8;
+      if (SDPA_EVEN || r < kv_valid) {
+#pragma unroll
+        for (int dj = 0; dj < KV_TD / 8; ++dj)
+          *(u32 *)(dk + r * p.dk_seq + kv_d + dj * 8 + 2 * t) =
+              pack2<DT>(acc_dk[ni][dj][hf * 2] * p.scale, acc_dk[ni][dj][hf * 2 + 1] * p.scale);
+#pragma unroll
+        for (int dj = 0; dj < KV_TDV / 8; ++dj)
+          *(u32 *)(dv + r * p.dv_seq + kv_dv + dj * 8 + 2 * t) =
+              pack2<DT>(acc_dv[ni][dj][hf * 2], acc_dv[ni][dj][hf * 2 + 1]);
+      }
+    }
+}
