@@ -57,6 +57,8 @@ struct sdpa_bwd_plan {
   /* workspace carve (byte offsets; each 256-aligned) */
   size_t ws_dq_accum, ws_delta, ws_semaphores;
   int64_t rows_q, rows_kv; /* rows the workspace is sized for          */
+  int lse_packed_default;  /* LSE strides were all zero: under THD the
+                              head stride is the launch's total_q       */
 
   /* set by compile */
   pthread_mutex_t lock;

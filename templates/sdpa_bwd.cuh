@@ -26,7 +26,8 @@
  *
  * Launch contract (execute.c):
  *   preprocess / convert: grid ceil(rows_q*heads_q / 8), block 256, no smem.
- *   main: grid (ceil(seqlen_kv / N), heads_kv, batch), block 32*SDPA_WARPS,
+ *   main: grid (ceil(seqlen_kv / N) * batch, heads_kv), block 32*SDPA_WARPS,
+ *         (x = b * kv_tiles + j: lower kv tiles of a sequence start first),
  *         dynamic smem sdpa_config_smem_bytes() (see SMEM_* below).
  *   Reads q, k, v, o, dout, lse, cu_seqlens; writes dq, dk, dv and the
  *   workspace; sets bits in *error_flag for bad THD offsets/lengths.
@@ -231,7 +232,8 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   float *sLSE = (float *)(smem + SMEM_LSE);
   float *sDelta = (float *)(smem + SMEM_DELTA);
 
-  const int j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int kv_tiles = (p.seqlen_kv + N - 1) / N;
+  const int j = blockIdx.x % kv_tiles, b = blockIdx.x / kv_tiles, hk = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
 
