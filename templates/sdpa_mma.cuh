@@ -100,7 +100,7 @@ template <int DTYPE>
 SDPA_DEVICE void mma16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1);
 template <>
 SDPA_DEVICE void mma16816<1>(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
       "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -108,7 +108,7 @@ SDPA_DEVICE void mma16816<1>(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
 }
 template <>
 SDPA_DEVICE void mma16816<2>(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
       "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -143,26 +143,26 @@ SDPA_DEVICE void warp_gemm(float (&acc)[WM / 16][WN / 8][4], const u16 *a,
 #pragma unroll
   for (int kk = 0; kk < KD; kk += 16) {
     u32 af[WM / 16][4];
-    u32 bf[WN / 16][4];
 #pragma unroll
     for (int mi = 0; mi < WM / 16; ++mi) {
       const int off = A_T ? (kk * lda + mi * 16) : (mi * 16 * lda + kk);
       if (!A_T) ldsm_x4(a_base + off * 2, af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
       else      ldsm_x4_t(a_base + off * 2, af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
     }
+    /* B fragments are loaded per 16 columns and used at once, so a wide
+     * warp tile does not hold all of them live. */
 #pragma unroll
     for (int nj = 0; nj < WN / 16; ++nj) {
+      u32 bf[4];
       const int off = B_T ? (kk * ldb + nj * 16) : (nj * 16 * ldb + kk);
-      if (!B_T) ldsm_x4(b_base + off * 2, bf[nj][0], bf[nj][1], bf[nj][2], bf[nj][3]);
-      else      ldsm_x4_t(b_base + off * 2, bf[nj][0], bf[nj][1], bf[nj][2], bf[nj][3]);
-    }
+      if (!B_T) ldsm_x4(b_base + off * 2, bf[0], bf[1], bf[2], bf[3]);
+      else      ldsm_x4_t(b_base + off * 2, bf[0], bf[1], bf[2], bf[3]);
 #pragma unroll
-    for (int mi = 0; mi < WM / 16; ++mi)
-#pragma unroll
-      for (int nj = 0; nj < WN / 16; ++nj) {
-        mma16816<DTYPE>(acc[mi][2 * nj], af[mi], bf[nj][0], bf[nj][1]);
-        mma16816<DTYPE>(acc[mi][2 * nj + 1], af[mi], bf[nj][2], bf[nj][3]);
+      for (int mi = 0; mi < WM / 16; ++mi) {
+        mma16816<DTYPE>(acc[mi][2 * nj], af[mi], bf[0], bf[1]);
+        mma16816<DTYPE>(acc[mi][2 * nj + 1], af[mi], bf[2], bf[3]);
       }
+    }
   }
 }
 
