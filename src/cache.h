@@ -24,6 +24,14 @@
 
 typedef struct sdpa_cache sdpa_cache;
 
+/* PRAGMA application_id of a cache file (0x53445041, "SDPA") and the
+ * layout version it carries in PRAGMA user_version; both are set by
+ * cache/schema.sql and must match it. A file with another nonzero
+ * application_id is moved aside; one with a newer user_version is left
+ * untouched (memory-only mode). */
+#define SDPA_CACHE_APPLICATION_ID 0x53445041
+#define SDPA_CACHE_SCHEMA_VERSION 1
+
 /* Readable columns stored with every cubin (see cache/schema.sql). */
 typedef struct sdpa_cache_meta {
   const char *key_hash; /* 32 hex digits                        */

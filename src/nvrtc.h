@@ -27,4 +27,16 @@ const char *const *sdpa_nvrtc_options(int arch);
 sdpa_status sdpa_nvrtc_compile(const char *source, const char *name, int arch,
                                void **cubin, size_t *size, char **log);
 
+/* sdpa_nvrtc_compile, and the wall time of the NVRTC calls in ms
+ * (CLOCK_MONOTONIC) through `compile_ms` (may be NULL). */
+sdpa_status sdpa_nvrtc_compile_timed(const char *source, const char *name,
+                                     int arch, void **cubin, size_t *size,
+                                     char **log, double *compile_ms);
+
+/* Nonzero when NVRTC can target `arch` (nvrtcGetSupportedArchs). */
+int sdpa_nvrtc_arch_known(int arch);
+
+/* The archs NVRTC can target, "75, 80, 86, ..." (static). */
+const char *sdpa_nvrtc_arch_list(void);
+
 #endif /* SDPA_NVRTC_H */

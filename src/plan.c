@@ -1,2 +1,513 @@
-/* plan.c — being written. */
-typedef int sdpa_plan_unit_;
+/*
+ * plan.c — from a descriptor to a plan: validation, defaults, key,
+ * workspace.
+ *
+ * sdpa_desc_resolve checks every descriptor field and fills in the
+ * defaults (packed strides, head_dim_v, scale, THD token bounds), so that
+ * nothing downstream (config, key, execute, the kernels) sees a value it
+ * was not written for. Every rejection names the field, its value and what
+ * is allowed, because the caller is usually a framework several layers up
+ * and sdpa_last_error() is all its user sees. Index arithmetic is checked
+ * with the overflow builtins: the kernels compute element offsets in int64,
+ * so the largest offset of every tensor must fit.
+ *
+ * sdpa_bwd_plan_create then asks config.c for tiles, builds the key
+ * (key.c) and carves the workspace: the fp32 dQ accumulator, Delta (one
+ * float per query row and head) and, in deterministic mode, one int32
+ * semaphore per (head, sequence, query tile), each region 256-byte aligned.
+ */
+#include "plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "key.h"
+#include "nvrtc.h"
+#include "runtime.h"
+#include "status.h"
+
+#define MAX_BATCH (1 << 24)
+#define MAX_HEADS (1 << 16)
+#define MAX_SEQLEN (1 << 30)
+#define STRIDE_MULTIPLE 8 /* elements: 16-byte vector loads of fp16/bf16 */
+#define WORKSPACE_ALIGN 256
+
+static const int head_dims[] = {32, 64, 96, 128, 192, 256};
+#define HEAD_DIM_LIST "32, 64, 96, 128, 192, 256"
+
+static int head_dim_supported(int d) {
+  for (size_t i = 0; i < sizeof head_dims / sizeof head_dims[0]; i++)
+    if (head_dims[i] == d) return 1;
+  return 0;
+}
+
+/* Checks one dimension: 1 <= value <= limit. */
+static sdpa_status check_dim(const char *field, int value, int limit) {
+  if (value < 1 || value > limit)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.%s = %d is out of range: it must be between 1 "
+                          "and %d",
+                          field, value, limit);
+  return SDPA_STATUS_SUCCESS;
+}
+
+/* *out = a*b + c, nonzero on int64 overflow (a, b, c >= 0). */
+static int mul_add_overflows(int64_t a, int64_t b, int64_t c, int64_t *out) {
+  int64_t product;
+  return __builtin_mul_overflow(a, b, &product) ||
+         __builtin_add_overflow(product, c, out);
+}
+
+/* Shapes of one [batch, seq, heads, dim] tensor. */
+typedef struct tensor_shape {
+  const char *name; /* "q", "k", ... */
+  int64_t batch;    /* desc.batch (its stride is unused under THD) */
+  int64_t rows;     /* BSHD: seqlen; THD: token bound              */
+  int64_t heads, dim;
+} tensor_shape;
+
+/* Resolves and checks the strides of one data tensor (fp16/bf16 elements,
+ * 2 bytes). All zero: packed for the layout. Otherwise seq >= 1, head >= 1,
+ * batch >= 0 (>= 1 for BSHD with batch > 1), every stride a multiple of 8
+ * elements, and the largest byte offset fits in int64. */
+static sdpa_status resolve_strides(sdpa_strides *s, sdpa_layout layout,
+                                   const tensor_shape *t) {
+  const char *n = t->name;
+  int packed = s->batch == 0 && s->seq == 0 && s->head == 0;
+  if (layout == SDPA_LAYOUT_THD) s->batch = 0; /* ignored under THD */
+  if (packed) {
+    s->head = t->dim;
+    s->seq = t->heads * t->dim;
+    s->batch = layout == SDPA_LAYOUT_BSHD ? t->rows * t->heads * t->dim : 0;
+  } else {
+    if (s->seq < 1)
+      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                            "desc.%s.seq = %lld is not allowed: the sequence "
+                            "stride must be >= 1 (or set all three strides of "
+                            "desc.%s to 0 for packed)",
+                            n, (long long)s->seq, n);
+    if (s->head < 1)
+      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                            "desc.%s.head = %lld is not allowed: the head "
+                            "stride must be >= 1 (or set all three strides of "
+                            "desc.%s to 0 for packed)",
+                            n, (long long)s->head, n);
+    if (s->batch < 0 || (layout == SDPA_LAYOUT_BSHD && t->batch > 1 &&
+                         s->batch < 1))
+      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                            "desc.%s.batch = %lld is not allowed: the batch "
+                            "stride must be >= %d%s",
+                            n, (long long)s->batch,
+                            t->batch > 1 ? 1 : 0,
+                            t->batch > 1 ? " when desc.batch > 1" : "");
+    const struct { const char *field; int64_t value; } all[] = {
+        {"batch", s->batch}, {"seq", s->seq}, {"head", s->head}};
+    for (size_t i = 0; i < 3; i++)
+      if (all[i].value % STRIDE_MULTIPLE != 0)
+        return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                              "desc.%s.%s = %lld is not a multiple of %d "
+                              "elements: the kernels load 16-byte vectors, so "
+                              "every stride must be a multiple of 8 elements "
+                              "(make the tensor contiguous or pad it)",
+                              n, all[i].field, (long long)all[i].value,
+                              STRIDE_MULTIPLE);
+  }
+  /* largest element: (B-1)*batch + (S-1)*seq + (H-1)*head + (D-1) */
+  int64_t offset = t->dim - 1;
+  if (mul_add_overflows(t->heads - 1, s->head, offset, &offset) ||
+      mul_add_overflows(t->rows - 1, s->seq, offset, &offset) ||
+      (layout == SDPA_LAYOUT_BSHD &&
+       mul_add_overflows(t->batch - 1, s->batch, offset, &offset)) ||
+      mul_add_overflows(offset, 2, 1, &offset))
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.%s strides (batch %lld, seq %lld, head %lld)%s "
+                          "overflow: the largest byte offset of the tensor "
+                          "does not fit in int64; reduce the shape or the "
+                          "strides",
+                          n, (long long)s->batch, (long long)s->seq,
+                          (long long)s->head,
+                          packed ? " (the packed default)" : "");
+  return SDPA_STATUS_SUCCESS;
+}
+
+/* Resolves and checks the fp32 LSE strides (see sdpa_lse_strides). */
+static sdpa_status resolve_lse(sdpa_bwd_desc *d) {
+  sdpa_lse_strides *s = &d->lse;
+  int packed = s->batch == 0 && s->head == 0 && s->seq == 0;
+  int64_t heads = d->heads_q;
+  int64_t rows = d->layout == SDPA_LAYOUT_BSHD ? d->seqlen_q : d->max_total_q;
+  if (d->layout == SDPA_LAYOUT_THD) s->batch = 0; /* ignored under THD */
+  if (packed) {
+    s->seq = 1;
+    s->head = rows;
+    s->batch = d->layout == SDPA_LAYOUT_BSHD ? heads * rows : 0;
+  } else {
+    if (s->seq < 1)
+      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                            "desc.lse.seq = %lld is not allowed: the LSE "
+                            "sequence stride must be >= 1 (or set all three "
+                            "LSE strides to 0 for packed)",
+                            (long long)s->seq);
+    if (s->head < 0)
+      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                            "desc.lse.head = %lld is not allowed: the LSE head "
+                            "stride must be >= 0",
+                            (long long)s->head);
+    if (s->batch < 0)
+      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                            "desc.lse.batch = %lld is not allowed: the LSE "
+                            "batch stride must be >= 0",
+                            (long long)s->batch);
+  }
+  int64_t offset = 0;
+  if (mul_add_overflows(rows - 1, s->seq, offset, &offset) ||
+      mul_add_overflows(heads - 1, s->head, offset, &offset) ||
+      (d->layout == SDPA_LAYOUT_BSHD &&
+       mul_add_overflows((int64_t)d->batch - 1, s->batch, offset, &offset)) ||
+      mul_add_overflows(offset, 4, 3, &offset))
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.lse strides (batch %lld, head %lld, seq %lld)%s "
+                          "overflow: the largest byte offset of LSE does not "
+                          "fit in int64",
+                          (long long)s->batch, (long long)s->head,
+                          (long long)s->seq,
+                          packed ? " (the packed default)" : "");
+  return SDPA_STATUS_SUCCESS;
+}
+
+/* Resolves a THD token bound: 0 -> batch * seqlen; 1 <= bound <= INT32_MAX
+ * (cu_seqlens are int32). BSHD: batch * seqlen. */
+static sdpa_status resolve_total(const char *field, int64_t *total,
+                                 const sdpa_bwd_desc *d, int seqlen) {
+  int64_t product = (int64_t)d->batch * seqlen; /* <= 2^54 */
+  if (d->layout == SDPA_LAYOUT_BSHD) {
+    *total = product;
+    return SDPA_STATUS_SUCCESS;
+  }
+  int defaulted = *total == 0;
+  if (defaulted) *total = product;
+  if (*total < 1 || *total > INT32_MAX)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.%s = %lld%s is out of range: a THD token total "
+                          "must be between 1 and %d (cu_seqlens are int32); "
+                          "0 means batch x max_s",
+                          field, (long long)*total,
+                          defaulted ? " (the default batch x max_s)" : "",
+                          INT32_MAX);
+  return SDPA_STATUS_SUCCESS;
+}
+
+/* Checks the target arch: 0 -> NO_DEVICE (with `no_device_reason`, may be
+ * NULL), below 80 -> NOT_SUPPORTED, unknown to NVRTC -> NOT_SUPPORTED. */
+static sdpa_status check_arch(int arch, const char *origin,
+                              const char *no_device_reason) {
+  if (arch == 0)
+    return sdpa_error_set(SDPA_STATUS_NO_DEVICE,
+                          "no GPU found: set desc.arch or the runtime option "
+                          "arch%s%s",
+                          no_device_reason && *no_device_reason ? " (" : "",
+                          no_device_reason && *no_device_reason
+                              ? no_device_reason
+                              : "");
+  if (arch < 0)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "%s = %d is out of range: give a compute capability "
+                          "as major*10+minor (e.g. 90), or 0 for the current "
+                          "device's",
+                          origin, arch);
+  if (arch < 80)
+    return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
+                          "%s = %d (sm_%d) is not supported: sm_75 and older "
+                          "are not supported; sdpa-jit needs sm_80 or newer",
+                          origin, arch, arch);
+  if (!sdpa_nvrtc_arch_known(arch))
+    return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
+                          "%s = %d (sm_%d) is not a target NVRTC %s knows: it "
+                          "knows %s",
+                          origin, arch, arch, sdpa_nvrtc_version(),
+                          sdpa_nvrtc_arch_list());
+  return SDPA_STATUS_SUCCESS;
+}
+
+/* The body of sdpa_desc_resolve, with where the arch came from and why
+ * there is none, for the messages. */
+static sdpa_status resolve_desc(const sdpa_bwd_desc *desc, int arch,
+                                const char *arch_origin,
+                                const char *no_device_reason,
+                                sdpa_bwd_desc *resolved) {
+  sdpa_status status = SDPA_STATUS_SUCCESS;
+  if (!desc || !resolved)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "the descriptor is NULL");
+  if (desc->version != SDPA_BWD_DESC_VERSION)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.version = %u is unknown: initialize the "
+                          "descriptor with SDPA_BWD_DESC_INIT (version %d)",
+                          desc->version, SDPA_BWD_DESC_VERSION);
+  sdpa_bwd_desc d = *desc;
+
+  if (d.dtype != SDPA_DTYPE_FP16 && d.dtype != SDPA_DTYPE_BF16)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.dtype = %d is not supported: use "
+                          "SDPA_DTYPE_FP16 (%d) or SDPA_DTYPE_BF16 (%d)",
+                          (int)d.dtype, SDPA_DTYPE_FP16, SDPA_DTYPE_BF16);
+  if (d.layout != SDPA_LAYOUT_BSHD && d.layout != SDPA_LAYOUT_THD)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.layout = %d is not supported: use "
+                          "SDPA_LAYOUT_BSHD (%d) or SDPA_LAYOUT_THD (%d)",
+                          (int)d.layout, SDPA_LAYOUT_BSHD, SDPA_LAYOUT_THD);
+
+  if ((status = check_dim("batch", d.batch, MAX_BATCH)) ||
+      (status = check_dim("heads_q", d.heads_q, MAX_HEADS)) ||
+      (status = check_dim("heads_kv", d.heads_kv, MAX_HEADS)) ||
+      (status = check_dim("seqlen_q", d.seqlen_q, MAX_SEQLEN)) ||
+      (status = check_dim("seqlen_kv", d.seqlen_kv, MAX_SEQLEN)))
+    return status;
+  if (d.heads_q % d.heads_kv != 0)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc: heads_q %d is not a multiple of heads_kv %d: "
+                          "each key/value head serves a whole group of query "
+                          "heads (GQA/MQA)",
+                          d.heads_q, d.heads_kv);
+
+  if (!head_dim_supported(d.head_dim))
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.head_dim = %d is not supported: supported are "
+                          HEAD_DIM_LIST,
+                          d.head_dim);
+  if (d.head_dim_v == 0) d.head_dim_v = d.head_dim;
+  if (!head_dim_supported(d.head_dim_v))
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.head_dim_v = %d is not supported: supported "
+                          "are " HEAD_DIM_LIST " (and 0 for head_dim)",
+                          d.head_dim_v);
+  if (d.head_dim_v > d.head_dim)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.head_dim_v = %d is larger than desc.head_dim "
+                          "= %d: head_dim_v must be <= head_dim",
+                          d.head_dim_v, d.head_dim);
+
+  switch (d.mask) {
+  case SDPA_MASK_NONE:
+  case SDPA_MASK_CAUSAL_TOP_LEFT:
+  case SDPA_MASK_CAUSAL_BOTTOM_RIGHT:
+    d.window_left = d.window_right = -1; /* ignored */
+    break;
+  case SDPA_MASK_SLIDING_WINDOW:
+    if (d.window_left < -1)
+      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                            "desc.window_left = %d is not allowed: it must be "
+                            ">= 0, or -1 for unbounded",
+                            d.window_left);
+    if (d.window_right < -1)
+      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                            "desc.window_right = %d is not allowed: it must be "
+                            ">= 0, or -1 for unbounded",
+                            d.window_right);
+    break;
+  default:
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.mask = %d is not a mask kind: use "
+                          "SDPA_MASK_NONE, SDPA_MASK_CAUSAL_TOP_LEFT, "
+                          "SDPA_MASK_CAUSAL_BOTTOM_RIGHT or "
+                          "SDPA_MASK_SLIDING_WINDOW (0..3)",
+                          (int)d.mask);
+  }
+
+  if (!isfinite(d.scale))
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.scale = %g is not a finite number: give the "
+                          "softmax scale, or 0 for 1/sqrt(head_dim)",
+                          (double)d.scale);
+  if (d.scale == 0.0f) d.scale = (float)(1.0 / sqrt((double)d.head_dim));
+  d.deterministic = d.deterministic ? 1 : 0;
+
+  if ((status = resolve_total("max_total_q", &d.max_total_q, &d, d.seqlen_q)) ||
+      (status = resolve_total("max_total_kv", &d.max_total_kv, &d, d.seqlen_kv)))
+    return status;
+
+  int thd = d.layout == SDPA_LAYOUT_THD;
+  int64_t rows_q = thd ? d.max_total_q : d.seqlen_q;
+  int64_t rows_kv = thd ? d.max_total_kv : d.seqlen_kv;
+  const struct { sdpa_strides *s; tensor_shape t; } tensors[] = {
+      {&d.q, {"q", d.batch, rows_q, d.heads_q, d.head_dim}},
+      {&d.k, {"k", d.batch, rows_kv, d.heads_kv, d.head_dim}},
+      {&d.v, {"v", d.batch, rows_kv, d.heads_kv, d.head_dim_v}},
+      {&d.o, {"o", d.batch, rows_q, d.heads_q, d.head_dim_v}},
+      {&d.dout, {"dout", d.batch, rows_q, d.heads_q, d.head_dim_v}},
+      {&d.dq, {"dq", d.batch, rows_q, d.heads_q, d.head_dim}},
+      {&d.dk, {"dk", d.batch, rows_kv, d.heads_kv, d.head_dim}},
+      {&d.dv, {"dv", d.batch, rows_kv, d.heads_kv, d.head_dim_v}},
+  };
+  for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++)
+    if ((status = resolve_strides(tensors[i].s, d.layout, &tensors[i].t)))
+      return status;
+  if ((status = resolve_lse(&d))) return status;
+
+  if ((status = check_arch(arch, arch_origin, no_device_reason))) return status;
+  d.arch = arch;
+
+  *resolved = d;
+  return SDPA_STATUS_SUCCESS;
+}
+
+/* Fills a resolved copy of `desc` and validates it (plan.h). */
+sdpa_status sdpa_desc_resolve(const sdpa_bwd_desc *desc, int arch,
+                              sdpa_bwd_desc *resolved) {
+  return resolve_desc(desc, arch, "desc.arch", NULL, resolved);
+}
+
+static size_t align_up(size_t n) {
+  return (n + WORKSPACE_ALIGN - 1) / WORKSPACE_ALIGN * WORKSPACE_ALIGN;
+}
+
+/* Adds a region of count * element_bytes (each factor >= 0) at the end of
+ * the workspace: *offset gets where it starts, *total grows by its aligned
+ * size. Nonzero on size_t overflow. */
+static int add_region(size_t *total, size_t *offset, const int64_t *factors,
+                      size_t n) {
+  size_t bytes = 1;
+  for (size_t i = 0; i < n; i++)
+    if (__builtin_mul_overflow(bytes, (size_t)factors[i], &bytes)) return 1;
+  if (bytes > SIZE_MAX - WORKSPACE_ALIGN) return 1;
+  *offset = *total;
+  return __builtin_add_overflow(*total, align_up(bytes), total);
+}
+
+/* Sizes the workspace of a plan whose desc and config are resolved. */
+static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
+  const sdpa_bwd_desc *d = &plan->desc;
+  const sdpa_kernel_config *c = &plan->fields.config;
+  int thd = d->layout == SDPA_LAYOUT_THD;
+  plan->rows_q = thd ? d->max_total_q : (int64_t)d->batch * d->seqlen_q;
+  plan->rows_kv = thd ? d->max_total_kv : (int64_t)d->batch * d->seqlen_kv;
+
+  size_t total = 0;
+  int64_t q_tiles = (d->seqlen_q + (int64_t)c->q_tile - 1) / c->q_tile;
+  const int64_t dq_accum[] = {plan->rows_q, d->heads_q, d->head_dim, 4};
+  const int64_t delta[] = {plan->rows_q, d->heads_q, 4};
+  const int64_t semaphores[] = {d->heads_q, d->batch, q_tiles, 4};
+  const int64_t none[] = {0};
+  if (add_region(&total, &plan->ws_dq_accum, dq_accum, 4) ||
+      add_region(&total, &plan->ws_delta, delta, 3) ||
+      (d->deterministic
+           ? add_region(&total, &plan->ws_semaphores, semaphores, 4)
+           : add_region(&total, &plan->ws_semaphores, none, 1)))
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "the workspace for %lld query rows x %d heads x "
+                          "head_dim %d does not fit in size_t",
+                          (long long)plan->rows_q, d->heads_q, d->head_dim);
+  plan->workspace_bytes = total;
+  return SDPA_STATUS_SUCCESS;
+}
+
+/* Creates a plan (sdpa_jit.h): validates, picks the config, builds the key
+ * and sizes the workspace. */
+sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
+                                 const sdpa_bwd_desc *desc) {
+  sdpa_status status = SDPA_STATUS_SUCCESS;
+  sdpa_bwd_plan *plan = NULL;
+  char no_device_reason[512] = "";
+
+  if (!out)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "sdpa_bwd_plan_create: out is NULL");
+  *out = NULL;
+  if (!runtime)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "sdpa_bwd_plan_create: runtime is NULL");
+  if (!desc)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "sdpa_bwd_plan_create: desc is NULL");
+  if (desc->version != SDPA_BWD_DESC_VERSION) {
+    sdpa_bwd_desc unused;
+    return resolve_desc(desc, 0, "desc.arch", NULL, &unused);
+  }
+
+  plan = calloc(1, sizeof *plan);
+  if (!plan)
+    return sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
+                          "out of host memory creating a plan");
+  plan->runtime = runtime;
+
+  int arch = desc->arch;
+  const char *origin = "desc.arch";
+  if (arch == 0) {
+    origin = runtime->options.arch ? "the runtime option arch"
+                                   : "the current device's arch";
+    arch = sdpa_runtime_arch(runtime);
+    if (arch == 0)
+      snprintf(no_device_reason, sizeof no_device_reason, "%s",
+               sdpa_last_error());
+  }
+  if ((status = resolve_desc(desc, arch, origin, no_device_reason,
+                             &plan->desc)))
+    goto done;
+
+  if ((status = sdpa_config_select(&plan->desc, &plan->fields.config)))
+    goto done;
+  const sdpa_kernel_config *c = &plan->fields.config;
+  if (c->q_tile < 1 || c->kv_tile < 1 || c->warps < 1 || c->stages < 1 ||
+      c->smem_bytes < 0) {
+    status = sdpa_error_set(SDPA_STATUS_INTERNAL,
+                            "the kernel configuration for this descriptor is "
+                            "invalid (q_tile %d, kv_tile %d, warps %d, stages "
+                            "%d, smem %d)",
+                            c->q_tile, c->kv_tile, c->warps, c->stages,
+                            c->smem_bytes);
+    goto done;
+  }
+
+  const sdpa_bwd_desc *d = &plan->desc;
+  sdpa_key_fields *f = &plan->fields;
+  f->arch = d->arch;
+  f->dtype = d->dtype;
+  f->head_dim = d->head_dim;
+  f->head_dim_v = d->head_dim_v;
+  f->lse_packed = d->lse.seq == 1;
+  f->layout = d->layout;
+  f->mask = d->mask;
+  f->deterministic = d->deterministic;
+  f->even = d->layout == SDPA_LAYOUT_BSHD && d->seqlen_q % c->q_tile == 0 &&
+            d->seqlen_kv % c->kv_tile == 0;
+  if ((status = sdpa_key_build(f, &plan->key))) goto done;
+  if ((status = size_workspace(plan))) goto done;
+
+  if (pthread_mutex_init(&plan->lock, NULL) != 0) {
+    status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
+                            "could not initialize the plan's mutex");
+    goto done;
+  }
+  *out = plan;
+  plan = NULL;
+
+done:
+  free(plan);
+  return status;
+}
+
+/* Destroys a plan; the module and cubin belong to the runtime's table. */
+void sdpa_bwd_plan_destroy(sdpa_bwd_plan *plan) {
+  if (!plan) return;
+  pthread_mutex_destroy(&plan->lock);
+  free(plan->compile_log);
+  free(plan);
+}
+
+size_t sdpa_bwd_workspace_size(const sdpa_bwd_plan *plan) {
+  return plan ? plan->workspace_bytes : 0;
+}
+
+const char *sdpa_bwd_plan_key(const sdpa_bwd_plan *plan) {
+  return plan ? plan->key.text : "";
+}
+
+const char *sdpa_bwd_plan_key_hash(const sdpa_bwd_plan *plan) {
+  return plan ? plan->key.hash : "";
+}
+
+const char *sdpa_bwd_plan_compile_log(const sdpa_bwd_plan *plan) {
+  return plan && plan->compile_log ? plan->compile_log : "";
+}

@@ -1,2 +1,322 @@
-/* runtime.c — being written. */
-typedef int sdpa_runtime_unit_;
+/*
+ * runtime.c — the runtime object and the public cache-inspection calls.
+ *
+ * A runtime owns copies of its options, the cache layers (cache.c) and the
+ * in-process kernel table (filled by compile.c): one row per key with the
+ * cubin and, per CUDA context, the loaded module, its kernels and a mapped
+ * host word the kernels use to report bad input. Creating one touches no
+ * GPU and no driver, so a build host without a GPU can preheat the cache;
+ * the driver is loaded only when a plan needs the current device's arch
+ * and none was given, or when compile loads a module.
+ *
+ * The public sdpa_cache_* calls live here because they take a runtime:
+ * each forwards to the cache's internal call on the runtime's layers.
+ */
+#include "runtime.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+
+/* Initializes `opts` to defaults for struct `version` (sdpa_jit.h). */
+sdpa_status sdpa_runtime_options_init(sdpa_runtime_options *opts,
+                                      unsigned int version) {
+  if (!opts)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "sdpa_runtime_options_init: opts is NULL");
+  if (version != SDPA_RUNTIME_OPTIONS_VERSION)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "sdpa_runtime_options_init: version %u is unknown: "
+                          "this library knows version %d "
+                          "(SDPA_RUNTIME_OPTIONS_VERSION)",
+                          version, SDPA_RUNTIME_OPTIONS_VERSION);
+  sdpa_runtime_options defaults = SDPA_RUNTIME_OPTIONS_INIT;
+  *opts = defaults;
+  return SDPA_STATUS_SUCCESS;
+}
+
+/* Frees the module table: unloads every module in its context and frees
+ * the mapped error words, ignoring driver errors (the context may already
+ * be gone at exit). Restores the caller's current context. */
+static void free_kernels(sdpa_kernel_entry *kernels) {
+  const sdpa_driver *drv = NULL;
+  CUcontext saved = NULL;
+  int have_driver = 0;
+  for (sdpa_kernel_entry *k = kernels; k && !have_driver; k = k->next)
+    if (k->modules) have_driver = 1;
+  if (have_driver && sdpa_driver_get(&drv) != SDPA_STATUS_SUCCESS) drv = NULL;
+  if (drv) drv->cuCtxGetCurrent(&saved);
+
+  while (kernels) {
+    sdpa_kernel_entry *next = kernels->next;
+    sdpa_module_entry *m = kernels->modules;
+    while (m) {
+      sdpa_module_entry *next_module = m->next;
+      if (drv) {
+        drv->cuCtxSetCurrent(m->ctx);
+        if (m->module) drv->cuModuleUnload(m->module);
+        if (m->error_host) drv->cuMemFreeHost(m->error_host);
+      }
+      free(m);
+      m = next_module;
+    }
+    while (kernels->retired) {
+      sdpa_retired_cubin *next_retired = kernels->retired->next;
+      free(kernels->retired->cubin);
+      free(kernels->retired);
+      kernels->retired = next_retired;
+    }
+    free(kernels->key_text);
+    free(kernels->cubin);
+    free(kernels->compile_log);
+    free(kernels);
+    kernels = next;
+  }
+  if (drv) drv->cuCtxSetCurrent(saved);
+}
+
+/* Frees everything a runtime owns; the mutex/condvar only when
+ * `sync_ready` (they were initialized). */
+static void free_runtime(sdpa_runtime *rt, int sync_ready) {
+  if (!rt) return;
+  sdpa_cache_close(rt->cache);
+  free_kernels(rt->kernels);
+  while (rt->inflight) {
+    sdpa_inflight *next = rt->inflight->next;
+    free(rt->inflight);
+    rt->inflight = next;
+  }
+  if (rt->readonly_copies) {
+    for (size_t i = 0; i < rt->options.readonly_cache_count; i++)
+      free(rt->readonly_copies[i]);
+    free(rt->readonly_copies);
+  }
+  free(rt->cache_path_copy);
+  if (sync_ready) {
+    pthread_cond_destroy(&rt->inflight_done);
+    pthread_mutex_destroy(&rt->lock);
+  }
+  free(rt);
+}
+
+/* Creates a runtime (sdpa_jit.h): copies the options and their strings,
+ * opens the cache layers. Needs no GPU. */
+sdpa_status sdpa_runtime_create(sdpa_runtime **out,
+                                const sdpa_runtime_options *opts) {
+  sdpa_status status = SDPA_STATUS_SUCCESS;
+  sdpa_runtime *rt = NULL;
+  int sync_ready = 0;
+  sdpa_runtime_options defaults = SDPA_RUNTIME_OPTIONS_INIT;
+
+  if (!out)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "sdpa_runtime_create: out is NULL");
+  *out = NULL;
+  if (!opts) opts = &defaults;
+  if (opts->version != SDPA_RUNTIME_OPTIONS_VERSION)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "options.version = %u is unknown: initialize the "
+                          "options with SDPA_RUNTIME_OPTIONS_INIT (version %d)",
+                          opts->version, SDPA_RUNTIME_OPTIONS_VERSION);
+  if (opts->readonly_cache_count > 0 && !opts->readonly_cache_paths)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "options.readonly_cache_paths is NULL but "
+                          "options.readonly_cache_count is %zu",
+                          opts->readonly_cache_count);
+  for (size_t i = 0; i < opts->readonly_cache_count; i++)
+    if (!opts->readonly_cache_paths[i])
+      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                            "options.readonly_cache_paths[%zu] is NULL", i);
+  if (opts->arch < 0)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "options.arch = %d is negative: give a compute "
+                          "capability as major*10+minor (e.g. 90) or 0 for "
+                          "the current device's",
+                          opts->arch);
+  if (opts->cache_max_bytes < 0)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "options.cache_max_bytes = %lld is negative: give "
+                          "a size in bytes or 0 for the default (4 GiB)",
+                          (long long)opts->cache_max_bytes);
+
+  rt = calloc(1, sizeof *rt);
+  if (!rt) goto out_of_memory;
+  rt->options = *opts;
+  if (pthread_mutex_init(&rt->lock, NULL) != 0) goto out_of_memory;
+  if (pthread_cond_init(&rt->inflight_done, NULL) != 0) {
+    pthread_mutex_destroy(&rt->lock);
+    goto out_of_memory;
+  }
+  sync_ready = 1;
+
+  if (opts->cache_path) {
+    rt->cache_path_copy = strdup(opts->cache_path);
+    if (!rt->cache_path_copy) goto out_of_memory;
+  }
+  rt->options.cache_path = rt->cache_path_copy;
+  rt->options.readonly_cache_paths = NULL;
+  if (opts->readonly_cache_count > 0) {
+    rt->readonly_copies = calloc(opts->readonly_cache_count,
+                                 sizeof *rt->readonly_copies);
+    if (!rt->readonly_copies) goto out_of_memory;
+    for (size_t i = 0; i < opts->readonly_cache_count; i++) {
+      rt->readonly_copies[i] = strdup(opts->readonly_cache_paths[i]);
+      if (!rt->readonly_copies[i]) goto out_of_memory;
+    }
+    rt->options.readonly_cache_paths =
+        (const char *const *)rt->readonly_copies;
+  }
+
+  sdpa_cache_config config = {0};
+  config.path = rt->options.cache_path;
+  config.readonly_paths = rt->options.readonly_cache_paths;
+  config.readonly_count = rt->options.readonly_cache_count;
+  config.disabled = rt->options.disable_disk_cache;
+  config.max_bytes = rt->options.cache_max_bytes;
+  config.log = rt->options.log;
+  config.log_user = rt->options.log_user;
+  status = sdpa_cache_open(&rt->cache, &config);
+  if (status != SDPA_STATUS_SUCCESS) goto done;
+
+  *out = rt;
+  rt = NULL;
+  goto done;
+
+out_of_memory:
+  status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
+                          "out of host memory creating a runtime");
+done:
+  free_runtime(rt, sync_ready);
+  return status;
+}
+
+/* Destroys a runtime (sdpa_jit.h). NULL is a no-op. */
+void sdpa_runtime_destroy(sdpa_runtime *runtime) { free_runtime(runtime, 1); }
+
+const char *sdpa_runtime_cache_path(const sdpa_runtime *runtime) {
+  if (!runtime || !runtime->cache) return NULL;
+  return sdpa_cache_path(runtime->cache);
+}
+
+/* The arch plans use when their descriptor says 0 (sdpa_jit.h): the
+ * options' arch, else the current context's device's (the primary context
+ * of device 0 is made current when none is). Queried on every call, so a
+ * thread that switches devices gets its device's arch; the last one seen
+ * is kept in runtime->arch. Returns 0 with a message when neither. */
+int sdpa_runtime_arch(sdpa_runtime *runtime) {
+  if (!runtime) {
+    sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                   "sdpa_runtime_arch: runtime is NULL");
+    return 0;
+  }
+  if (runtime->options.arch > 0) return runtime->options.arch;
+
+  const sdpa_driver *drv = NULL;
+  CUdevice device = 0;
+  int arch = 0;
+  if (sdpa_driver_get(&drv) != SDPA_STATUS_SUCCESS ||
+      sdpa_driver_context(drv, NULL, &device) != SDPA_STATUS_SUCCESS ||
+      sdpa_driver_arch(drv, device, &arch) != SDPA_STATUS_SUCCESS) {
+    sdpa_error_wrap(SDPA_STATUS_NO_DEVICE,
+                    "no GPU found: set desc.arch or the runtime option arch");
+    return 0;
+  }
+  pthread_mutex_lock(&runtime->lock);
+  runtime->arch = arch;
+  pthread_mutex_unlock(&runtime->lock);
+  return arch;
+}
+
+/* Logs one message through the runtime's callback, else (warnings only)
+ * one line on stderr: "sdpa-jit: warning: ...". */
+void sdpa_runtime_log(const sdpa_runtime *rt, sdpa_log_level level,
+                      const char *fmt, ...) {
+  char message[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  if (rt && rt->options.log) {
+    rt->options.log(level, message, rt->options.log_user);
+    return;
+  }
+  if (level == SDPA_LOG_WARNING)
+    fprintf(stderr, "sdpa-jit: warning: %s\n", message);
+}
+
+/* ------------------------------------------------ public cache access */
+
+/* Checks the runtime argument of a public cache call. */
+static sdpa_status check_runtime(const sdpa_runtime *runtime, const char *call) {
+  if (!runtime)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT, "%s: runtime is NULL",
+                          call);
+  if (!runtime->cache)
+    return sdpa_error_set(SDPA_STATUS_INTERNAL, "%s: the runtime has no cache",
+                          call);
+  return SDPA_STATUS_SUCCESS;
+}
+
+sdpa_status sdpa_cache_list(sdpa_runtime *runtime, sdpa_cache_entry **out,
+                            size_t *count) {
+  sdpa_status status = check_runtime(runtime, "sdpa_cache_list");
+  if (status != SDPA_STATUS_SUCCESS) return status;
+  if (!out || !count)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "sdpa_cache_list: out and count must not be NULL");
+  return sdpa_cache_list_entries(runtime->cache, out, count);
+}
+
+void sdpa_cache_entries_free(sdpa_cache_entry *entries, size_t count) {
+  if (entries) sdpa_cache_free_entries(entries, count);
+}
+
+sdpa_status sdpa_cache_get(sdpa_runtime *runtime, const char *key,
+                           sdpa_cache_entry **out) {
+  sdpa_status status = check_runtime(runtime, "sdpa_cache_get");
+  if (status != SDPA_STATUS_SUCCESS) return status;
+  if (!key || !out)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "sdpa_cache_get: key and out must not be NULL");
+  return sdpa_cache_get_entry(runtime->cache, key, out);
+}
+
+sdpa_status sdpa_cache_get_cubin(sdpa_runtime *runtime, const char *key,
+                                 void **out, size_t *size) {
+  sdpa_status status = check_runtime(runtime, "sdpa_cache_get_cubin");
+  if (status != SDPA_STATUS_SUCCESS) return status;
+  if (!key || !out || !size)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "sdpa_cache_get_cubin: key, out and size must not "
+                          "be NULL");
+  return sdpa_cache_read_cubin(runtime->cache, key, out, size);
+}
+
+void sdpa_free(void *pointer) { free(pointer); }
+
+sdpa_status sdpa_cache_stats_get(sdpa_runtime *runtime, sdpa_cache_stats *out) {
+  sdpa_status status = check_runtime(runtime, "sdpa_cache_stats_get");
+  if (status != SDPA_STATUS_SUCCESS) return status;
+  if (!out)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "sdpa_cache_stats_get: out is NULL");
+  return sdpa_cache_get_stats(runtime->cache, out);
+}
+
+sdpa_status sdpa_cache_verify(sdpa_runtime *runtime, int64_t *checked,
+                              int64_t *removed) {
+  sdpa_status status = check_runtime(runtime, "sdpa_cache_verify");
+  if (status != SDPA_STATUS_SUCCESS) return status;
+  return sdpa_cache_verify_all(runtime->cache, checked, removed);
+}
+
+sdpa_status sdpa_cache_prune(sdpa_runtime *runtime, int64_t max_bytes,
+                             int64_t older_than_seconds, int64_t *removed) {
+  sdpa_status status = check_runtime(runtime, "sdpa_cache_prune");
+  if (status != SDPA_STATUS_SUCCESS) return status;
+  return sdpa_cache_prune_rows(runtime->cache, max_bytes, older_than_seconds,
+                               removed);
+}

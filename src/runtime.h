@@ -28,6 +28,13 @@ struct sdpa_module_entry {
   struct sdpa_module_entry *next;
 };
 
+/* A cubin the driver rejected, replaced by a fresh compile; kept until
+ * the runtime is destroyed because plans may still point at it. */
+typedef struct sdpa_retired_cubin {
+  void *cubin;
+  struct sdpa_retired_cubin *next;
+} sdpa_retired_cubin;
+
 /* One compiled key. */
 typedef struct sdpa_kernel_entry {
   char hash[33];
@@ -35,7 +42,10 @@ typedef struct sdpa_kernel_entry {
   void *cubin;
   size_t cubin_size;
   sdpa_source source;         /* where it first came from             */
+  char *compile_log;          /* NVRTC's log when compiled in this
+                                 process, else "" (owned)             */
   struct sdpa_module_entry *modules; /* per context                   */
+  sdpa_retired_cubin *retired;
   struct sdpa_kernel_entry *next;
 } sdpa_kernel_entry;
 

@@ -1,0 +1,84 @@
+/*
+ * grid.h — the preheat grid: comma lists of key fields, their cartesian
+ * product, and one representative descriptor per grid point.
+ *
+ * A grid point fixes every field that enters the specialization key
+ * (arch, dtype, head dims, mask, layout, LSE stride class, deterministic,
+ * even tiles). cli_grid_desc turns it into a descriptor whose launch-time
+ * fields (batch, heads, lengths, strides) are picked so the plan comes out
+ * with exactly that key: batch 1, one head, lengths of 1024 (divisible by
+ * every tile) or 1000 (divisible by none) for BSHD, max_s 1024 for THD.
+ */
+#ifndef SDPA_CLI_GRID_H
+#define SDPA_CLI_GRID_H
+
+#include <stddef.h>
+
+#include "sdpa_jit.h"
+
+#define CLI_LIST_MAX 32
+
+/* A list of distinct values in the order given. */
+typedef struct cli_list {
+  int values[CLI_LIST_MAX];
+  size_t count;
+} cli_list;
+
+/* The lists preheat multiplies. `even` does not apply to THD. */
+typedef struct cli_grid {
+  cli_list arch, dtype, head_dim, mask, layout, lse_strided, deterministic,
+      even;
+  int head_dim_v; /* 0: same as head_dim */
+} cli_grid;
+
+/* One point of the grid. even is -1 under THD (does not apply). */
+typedef struct cli_grid_point {
+  int arch;
+  sdpa_dtype dtype;
+  int head_dim, head_dim_v;
+  sdpa_mask mask;
+  sdpa_layout layout;
+  int lse_strided;
+  int deterministic;
+  int even;
+} cli_grid_point;
+
+/* The names the list options accept, for --help and messages. */
+extern const char cli_dtype_names[];  /* "bf16,fp16"                     */
+extern const char cli_mask_names[];   /* "none,causal_tl,causal_br,window" */
+extern const char cli_layout_names[]; /* "bshd,thd"                      */
+extern const char cli_lse_names[];    /* "packed,strided"                */
+
+/* Parse a comma list for one option into `out` (duplicates dropped).
+ * Return NULL on success, else a static message saying what is allowed. */
+const char *cli_list_parse_ints(const char *text, int min, int max,
+                                cli_list *out);
+const char *cli_list_parse_dtypes(const char *text, cli_list *out);
+const char *cli_list_parse_masks(const char *text, cli_list *out);
+const char *cli_list_parse_layouts(const char *text, cli_list *out);
+const char *cli_list_parse_lse(const char *text, cli_list *out);
+
+/* Fills each list of `grid` that is still empty with its default: dtype
+ * bf16,fp16; head_dim 64,128; mask none,causal_br; layout bshd,thd; lse
+ * packed; deterministic 0; even 1 (plus 0 when `also_uneven`); arch
+ * `arch` (preheat passes 0, "the local GPU's", and resolves it once a
+ * runtime exists). */
+void cli_grid_fill_defaults(cli_grid *grid, int arch, int also_uneven);
+
+/* Number of points (the product of the list lengths). */
+size_t cli_grid_size(const cli_grid *grid);
+
+/* The point at `index` (0 <= index < cli_grid_size). Returns nonzero when
+ * the point repeats an earlier one (a THD point for the second and later
+ * values of `even`, which does not apply to THD); callers skip those. */
+int cli_grid_point_at(const cli_grid *grid, size_t index,
+                      cli_grid_point *out);
+
+/* A representative descriptor for `point` (see the file comment). */
+void cli_grid_desc(const cli_grid_point *point, sdpa_bwd_desc *out);
+
+/* "arch=90 dtype=bf16 hd=128 mask=none layout=bshd lse=packed det=0 even=1"
+ * for messages about a point that has no key (plan creation failed). */
+void cli_grid_describe(const cli_grid_point *point, char *buf, size_t size);
+
+#endif /* SDPA_CLI_GRID_H */

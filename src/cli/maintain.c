@@ -1,0 +1,114 @@
+/*
+ * maintain.c — the commands that change the user's database: `verify`
+ * (drop rows whose checksum fails) and `prune` (drop rows by size cap or
+ * age).
+ *
+ * Both report what they did on stdout. Removing rows is not a failure:
+ * they exit 1 only when the library could not do the work. Shipped
+ * databases are never changed.
+ */
+#include <string.h>
+
+#include "cli.h"
+
+static const char verify_help[] =
+    "usage: " CLI_PROGRAM " verify\n"
+    "\n"
+    "Check every entry's cubin against its checksum (and the database file\n"
+    "with SQLite's integrity check); remove entries of the user's database\n"
+    "that fail. Prints \"checked N, removed M\". Exit status 0 even when\n"
+    "entries were removed; 1 only when the check could not run.\n"
+    "\n"
+    "Global options: --cache PATH, --readonly PATH, --no-disk.\n";
+
+int cli_verify(cli_args *args) {
+  static const cli_option options[] = {{NULL, NULL, 0, 0}};
+  const char *value = NULL;
+  int id;
+  while ((id = cli_args_next(args, options, &value)) != CLI_ARG_END) {
+    if (id == CLI_ARG_HELP) return fputs(verify_help, stdout), CLI_EXIT_OK;
+    if (id == CLI_ARG_VERSION)
+      return printf("%s %s\n", CLI_PROGRAM, sdpa_version()), CLI_EXIT_OK;
+    if (id == CLI_ARG_ERROR) return CLI_EXIT_USAGE;
+    if (id == CLI_ARG_POSITIONAL)
+      return cli_usage_error(args, "unexpected argument '%s'", value);
+  }
+  sdpa_runtime *runtime = NULL;
+  int rc = cli_runtime_open(args, &runtime);
+  if (rc != CLI_EXIT_OK) return rc;
+  int64_t checked = 0, removed = 0;
+  sdpa_status status = sdpa_cache_verify(runtime, &checked, &removed);
+  if (status != SDPA_STATUS_SUCCESS) {
+    rc = cli_fail(args, status, "cannot verify the cache");
+  } else {
+    printf("checked %lld, removed %lld\n", (long long)checked,
+           (long long)removed);
+  }
+  sdpa_runtime_destroy(runtime);
+  return rc;
+}
+
+static const char prune_help[] =
+    "usage: " CLI_PROGRAM
+    " prune [--max-bytes N[K|M|G]] [--older-than N[s|m|h|d]]\n"
+    "\n"
+    "Remove entries of the user's database: least recently used first\n"
+    "until the cubins total at most --max-bytes, and every entry unused for\n"
+    "longer than --older-than. At least one of the two is needed. Prints\n"
+    "\"removed N\".\n"
+    "\n"
+    "  --max-bytes N[K|M|G]     size cap (K = 1024 bytes); 0 empties it\n"
+    "  --older-than N[s|m|h|d]  age limit (seconds without a suffix)\n"
+    "\n"
+    "Global options: --cache PATH, --readonly PATH, --no-disk.\n";
+
+enum { OPT_MAX_BYTES = 1, OPT_OLDER_THAN };
+
+int cli_prune(cli_args *args) {
+  static const cli_option options[] = {
+      {"--max-bytes", NULL, 1, OPT_MAX_BYTES},
+      {"--older-than", NULL, 1, OPT_OLDER_THAN},
+      {NULL, NULL, 0, 0}};
+  int64_t max_bytes = -1, older_than = -1;
+  const char *value = NULL;
+  int id;
+  while ((id = cli_args_next(args, options, &value)) != CLI_ARG_END) {
+    switch (id) {
+    case CLI_ARG_HELP: fputs(prune_help, stdout); return CLI_EXIT_OK;
+    case CLI_ARG_VERSION: printf("%s %s\n", CLI_PROGRAM, sdpa_version());
+      return CLI_EXIT_OK;
+    case CLI_ARG_ERROR: return CLI_EXIT_USAGE;
+    case CLI_ARG_POSITIONAL:
+      return cli_usage_error(args, "unexpected argument '%s'", value);
+    case OPT_MAX_BYTES:
+      if (cli_parse_bytes(value, &max_bytes) != 0)
+        return cli_usage_error(args,
+                               "--max-bytes '%s': expected N, NK, NM or NG "
+                               "(N >= 0)",
+                               value);
+      break;
+    case OPT_OLDER_THAN:
+      if (cli_parse_seconds(value, &older_than) != 0)
+        return cli_usage_error(args,
+                               "--older-than '%s': expected N, Ns, Nm, Nh or "
+                               "Nd (N >= 0)",
+                               value);
+      break;
+    default: break;
+    }
+  }
+  if (max_bytes < 0 && older_than < 0)
+    return cli_usage_error(args, "give --max-bytes or --older-than (or both)");
+  sdpa_runtime *runtime = NULL;
+  int rc = cli_runtime_open(args, &runtime);
+  if (rc != CLI_EXIT_OK) return rc;
+  int64_t removed = 0;
+  sdpa_status status =
+      sdpa_cache_prune(runtime, max_bytes, older_than, &removed);
+  if (status != SDPA_STATUS_SUCCESS)
+    rc = cli_fail(args, status, "cannot prune the cache");
+  else
+    printf("removed %lld\n", (long long)removed);
+  sdpa_runtime_destroy(runtime);
+  return rc;
+}

@@ -1,0 +1,1465 @@
+/*
+ * test_cpu_cache.c — the SQLite kernel cache (src/cache.c), no GPU needed.
+ *
+ * Every test works in a fresh temporary directory and drives the cache
+ * through src/cache.h, then looks at the file with the sqlite3 API the way
+ * a user would: rows round-trip with their readable columns, a damaged
+ * cubin or file is detected and replaced, a location that cannot be used
+ * leaves the cache in memory with exactly one warning, a newer file is
+ * left byte for byte as it was, a hit writes nothing, hit counts reach the
+ * file at close, pruning keeps what was used last, shipped databases are
+ * searched first and never written, and the per-key lock really excludes
+ * another process (and is freed when that process is killed).
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <dirent.h>
+#include <sqlite3.h>
+#include <xxhash.h>
+
+#include "cache.h"
+#include "check_main.h"
+
+/* ------------------------------------------------------------- helpers */
+
+/* Counts warnings a cache logs (and keeps the last one); prints them when
+ * SDPA_TEST_VERBOSE is set. */
+typedef struct log_counter {
+  pthread_mutex_t mutex;
+  int warnings;
+  char last[2048];
+} log_counter;
+
+static void count_log(sdpa_log_level level, const char *message, void *user) {
+  log_counter *counter = user;
+  pthread_mutex_lock(&counter->mutex);
+  if (level == SDPA_LOG_WARNING) counter->warnings++;
+  snprintf(counter->last, sizeof counter->last, "%s", message);
+  if (getenv("SDPA_TEST_VERBOSE")) fprintf(stderr, "logged: %s\n", message);
+  pthread_mutex_unlock(&counter->mutex);
+}
+
+static void counter_init(log_counter *counter) {
+  memset(counter, 0, sizeof *counter);
+  pthread_mutex_init(&counter->mutex, NULL);
+}
+
+static char *join(const char *dir, const char *name) {
+  char *path = NULL;
+  ck_assert_int_ge(asprintf(&path, "%s/%s", dir, name), 0);
+  return path;
+}
+
+static sdpa_cache *open_cache(const char *path, log_counter *counter) {
+  sdpa_cache_config cfg = {0};
+  sdpa_cache *cache = NULL;
+  cfg.path = path;
+  cfg.log = count_log;
+  cfg.log_user = counter;
+  ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
+  ck_assert_ptr_nonnull(cache);
+  return cache;
+}
+
+/* A 32-hex-digit key hash made from a number. */
+static void make_hash(char out[33], unsigned number) {
+  snprintf(out, 33, "%032x", number);
+}
+
+/* Deterministic pseudo-random cubin bytes. */
+static unsigned char *make_cubin(size_t size, unsigned seed) {
+  unsigned char *bytes = malloc(size);
+  uint32_t state = seed * 2654435761u + 1;
+  ck_assert_ptr_nonnull(bytes);
+  for (size_t i = 0; i < size; i++) {
+    state = state * 1664525u + 1013904223u;
+    bytes[i] = (unsigned char)(state >> 24);
+  }
+  return bytes;
+}
+
+static sdpa_cache_meta make_meta(const char *hash, const char *text) {
+  sdpa_cache_meta meta = {0};
+  meta.key_hash = hash;
+  meta.key_text = text;
+  meta.arch = 90;
+  meta.dtype = "bf16";
+  meta.head_dim = 128;
+  meta.head_dim_v = 64;
+  meta.q_tile = 64;
+  meta.kv_tile = 128;
+  meta.warps = 8;
+  meta.stages = 2;
+  meta.mask = "causal_br";
+  meta.layout = "thd";
+  meta.nvrtc_version = "13.0";
+  meta.compile_ms = 1234.5;
+  meta.compile_log = "no warnings";
+  return meta;
+}
+
+/* Stores `size` bytes made from `seed` under hash(number) and text
+ * "key-<number>". */
+static void store_row(sdpa_cache *cache, unsigned number, size_t size,
+                      unsigned seed) {
+  char hash[33], text[64];
+  make_hash(hash, number);
+  snprintf(text, sizeof text, "sdpa_bwd;key=%u", number);
+  sdpa_cache_meta meta = make_meta(hash, text);
+  unsigned char *cubin = make_cubin(size, seed);
+  ck_assert_int_eq(sdpa_cache_store(cache, &meta, cubin, size),
+                   SDPA_STATUS_SUCCESS);
+  free(cubin);
+}
+
+/* Looks hash(number) up; returns the status and checks the bytes on a hit. */
+static sdpa_status lookup_row(sdpa_cache *cache, unsigned number, size_t size,
+                              unsigned seed, sdpa_source *source) {
+  char hash[33], text[64];
+  void *data = NULL;
+  size_t got = 0;
+  make_hash(hash, number);
+  snprintf(text, sizeof text, "sdpa_bwd;key=%u", number);
+  sdpa_status status = sdpa_cache_lookup(cache, hash, text, &data, &got, source);
+  if (status == SDPA_STATUS_SUCCESS) {
+    unsigned char *want = make_cubin(size, seed);
+    ck_assert_uint_eq(got, size);
+    ck_assert_int_eq(memcmp(data, want, size), 0);
+    free(want);
+  } else {
+    ck_assert_ptr_null(data);
+  }
+  free(data);
+  return status;
+}
+
+/* Opens a plain sqlite3 connection on a cache file. */
+static sqlite3 *open_db(const char *path) {
+  sqlite3 *db = NULL;
+  ck_assert_int_eq(sqlite3_open_v2(path, &db,
+                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                                   NULL),
+                   SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
+  return db;
+}
+
+static void db_exec(const char *path, const char *sql) {
+  sqlite3 *db = open_db(path);
+  char *message = NULL;
+  int rc = sqlite3_exec(db, sql, NULL, NULL, &message);
+  ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, message ? message : "?");
+  sqlite3_free(message);
+  sqlite3_close(db);
+}
+
+/* The first column of the first row of `sql`, as an integer. */
+static int64_t db_int(const char *path, const char *sql) {
+  sqlite3 *db = open_db(path);
+  sqlite3_stmt *stmt = NULL;
+  ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &stmt, NULL), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
+  int64_t value = sqlite3_column_int64(stmt, 0);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return value;
+}
+
+/* Flips one byte in the middle of a stored cubin, checksum unchanged. */
+static void flip_cubin_byte(const char *path, unsigned number) {
+  char hash[33];
+  make_hash(hash, number);
+  sqlite3 *db = open_db(path);
+  sqlite3_stmt *stmt = NULL;
+  ck_assert_int_eq(sqlite3_prepare_v2(db,
+                                      "SELECT cubin FROM kernels WHERE "
+                                      "key_hash = ?1",
+                                      -1, &stmt, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_text(stmt, 1, hash, -1, SQLITE_STATIC);
+  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
+  int size = sqlite3_column_bytes(stmt, 0);
+  unsigned char *copy = malloc((size_t)size);
+  memcpy(copy, sqlite3_column_blob(stmt, 0), (size_t)size);
+  sqlite3_finalize(stmt);
+  copy[size / 2] ^= 0x5a;
+  ck_assert_int_eq(sqlite3_prepare_v2(db,
+                                      "UPDATE kernels SET cubin = ?1 WHERE "
+                                      "key_hash = ?2",
+                                      -1, &stmt, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_blob(stmt, 1, copy, size, SQLITE_STATIC);
+  sqlite3_bind_text(stmt, 2, hash, -1, SQLITE_STATIC);
+  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_DONE);
+  ck_assert_int_eq(sqlite3_changes(db), 1);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  free(copy);
+}
+
+static unsigned char *read_whole(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "cannot read %s", path);
+  fseek(f, 0, SEEK_END);
+  long length = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *bytes = malloc(length > 0 ? (size_t)length : 1);
+  ck_assert_uint_eq(fread(bytes, 1, (size_t)length, f), (size_t)length);
+  fclose(f);
+  *size = (size_t)length;
+  return bytes;
+}
+
+static void write_whole(const char *path, const void *data, size_t size) {
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(data, 1, size, f), size);
+  fclose(f);
+}
+
+static int exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+/* Number of entries in `dir` whose name starts with `prefix`; the last
+ * one's full path goes to `found` (may be NULL). */
+static int count_prefixed(const char *dir, const char *prefix, char **found) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int count = 0;
+  ck_assert_ptr_nonnull(d);
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
+    count++;
+    if (found) {
+      free(*found);
+      *found = join(dir, e->d_name);
+    }
+  }
+  closedir(d);
+  return count;
+}
+
+static double elapsed_ms(const struct timespec *start) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)(now.tv_sec - start->tv_sec) * 1e3 +
+         (double)(now.tv_nsec - start->tv_nsec) / 1e6;
+}
+
+/* --------------------------------------------------------------- tests */
+
+START_TEST(test_round_trip) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "a/b/kernels.sqlite"); /* parents are created */
+  log_counter counter;
+  counter_init(&counter);
+  char hash[33];
+  make_hash(hash, 7);
+  sdpa_cache_meta meta = make_meta(hash, "sdpa_bwd;key=7");
+  unsigned char *cubin = make_cubin(5000, 7);
+
+  sdpa_cache *cache = open_cache(path, &counter);
+  ck_assert_str_eq(sdpa_cache_path(cache), path);
+  ck_assert_int_eq(sdpa_cache_store(cache, &meta, cubin, 5000),
+                   SDPA_STATUS_SUCCESS);
+  sdpa_cache_close(cache);
+
+  cache = open_cache(path, &counter);
+  sdpa_source source = SDPA_SOURCE_NONE;
+  ck_assert_int_eq(lookup_row(cache, 7, 5000, 7, &source), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(source, SDPA_SOURCE_DISK);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(counter.warnings, 0);
+
+  /* The readable columns, as the sqlite3 shell sees them. */
+  sqlite3 *db = open_db(path);
+  sqlite3_stmt *stmt = NULL;
+  ck_assert_int_eq(
+      sqlite3_prepare_v2(db,
+                         "SELECT key_text, arch, dtype, head_dim, head_dim_v, "
+                         "q_tile, kv_tile, warps, stages, mask, layout, "
+                         "nvrtc_version, runtime_version, cubin_bytes, "
+                         "checksum, compile_ms, compile_log, created, "
+                         "last_used, hits, length(cubin) FROM kernels "
+                         "WHERE key_hash = ?1",
+                         -1, &stmt, NULL),
+      SQLITE_OK);
+  sqlite3_bind_text(stmt, 1, hash, -1, SQLITE_STATIC);
+  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
+  ck_assert_str_eq((const char *)sqlite3_column_text(stmt, 0), "sdpa_bwd;key=7");
+  ck_assert_int_eq(sqlite3_column_int(stmt, 1), 90);
+  ck_assert_str_eq((const char *)sqlite3_column_text(stmt, 2), "bf16");
+  ck_assert_int_eq(sqlite3_column_int(stmt, 3), 128);
+  ck_assert_int_eq(sqlite3_column_int(stmt, 4), 64);
+  ck_assert_int_eq(sqlite3_column_int(stmt, 5), 64);
+  ck_assert_int_eq(sqlite3_column_int(stmt, 6), 128);
+  ck_assert_int_eq(sqlite3_column_int(stmt, 7), 8);
+  ck_assert_int_eq(sqlite3_column_int(stmt, 8), 2);
+  ck_assert_str_eq((const char *)sqlite3_column_text(stmt, 9), "causal_br");
+  ck_assert_str_eq((const char *)sqlite3_column_text(stmt, 10), "thd");
+  ck_assert_str_eq((const char *)sqlite3_column_text(stmt, 11), "13.0");
+  ck_assert_str_eq((const char *)sqlite3_column_text(stmt, 12),
+                   SDPA_JIT_VERSION_STRING);
+  ck_assert_int_eq(sqlite3_column_int64(stmt, 13), 5000);
+  uint64_t sum = XXH3_64bits(cubin, 5000);
+  int64_t signed_sum;
+  memcpy(&signed_sum, &sum, sizeof signed_sum);
+  ck_assert_int_eq(sqlite3_column_int64(stmt, 14), signed_sum);
+  ck_assert_double_eq_tol(sqlite3_column_double(stmt, 15), 1234.5, 1e-9);
+  ck_assert_str_eq((const char *)sqlite3_column_text(stmt, 16), "no warnings");
+  int64_t now = (int64_t)time(NULL);
+  ck_assert_int_le(sqlite3_column_int64(stmt, 17), now);
+  ck_assert_int_ge(sqlite3_column_int64(stmt, 17), now - 60);
+  ck_assert_int_ge(sqlite3_column_int64(stmt, 18), sqlite3_column_int64(stmt, 17));
+  ck_assert_int_eq(sqlite3_column_int64(stmt, 19), 1); /* flushed at close */
+  ck_assert_int_eq(sqlite3_column_int(stmt, 20), 5000);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  ck_assert_int_eq(db_int(path, "PRAGMA application_id"),
+                   SDPA_CACHE_APPLICATION_ID);
+  ck_assert_int_eq(db_int(path, "PRAGMA user_version"),
+                   SDPA_CACHE_SCHEMA_VERSION);
+  ck_assert_int_eq(db_int(path, "PRAGMA auto_vacuum"), 2); /* incremental */
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM pragma_journal_mode "
+                                "WHERE journal_mode = 'wal'"),
+                   1);
+  free(cubin);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_key_text_mismatch_is_a_miss) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  store_row(cache, 1, 300, 1);
+  char hash[33];
+  make_hash(hash, 1);
+  void *data = (void *)1;
+  size_t size = 1;
+  ck_assert_int_eq(sdpa_cache_lookup(cache, hash, "sdpa_bwd;key=other", &data,
+                                     &size, NULL),
+                   SDPA_STATUS_NOT_FOUND);
+  ck_assert_ptr_null(data);
+  ck_assert_uint_eq(size, 0);
+  /* The row was a collision, not damage: it stays and still hits. */
+  ck_assert_int_eq(lookup_row(cache, 1, 300, 1, NULL), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(counter.warnings, 0);
+  sdpa_cache_close(cache);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_flipped_cubin_byte_removes_row) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  store_row(cache, 3, 4096, 3);
+  store_row(cache, 4, 4096, 4);
+  sdpa_cache_close(cache);
+  flip_cubin_byte(path, 3);
+
+  cache = open_cache(path, &counter);
+  ck_assert_int_eq(lookup_row(cache, 3, 4096, 3, NULL), SDPA_STATUS_NOT_FOUND);
+  ck_assert_int_eq(counter.warnings, 1);
+  ck_assert_ptr_nonnull(strstr(counter.last, "checksum"));
+  ck_assert_int_eq(lookup_row(cache, 4, 4096, 4, NULL), SDPA_STATUS_SUCCESS);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels WHERE key_hash "
+                                "= '00000000000000000000000000000003'"),
+                   0);
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), 1);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_random_bytes_file_moved_aside) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  unsigned char *junk = make_cubin(8192, 99);
+  write_whole(path, junk, 8192);
+
+  sdpa_cache *cache = open_cache(path, &counter);
+  ck_assert_int_eq(counter.warnings, 1);
+  ck_assert_ptr_nonnull(strstr(counter.last, ".corrupt-"));
+  ck_assert_str_eq(sdpa_cache_path(cache), path);
+  char *moved = NULL;
+  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt-", &moved), 1);
+  size_t size = 0;
+  unsigned char *kept = read_whole(moved, &size);
+  ck_assert_uint_eq(size, 8192); /* moved, not rewritten */
+  ck_assert_int_eq(memcmp(kept, junk, 8192), 0);
+  store_row(cache, 5, 1000, 5);
+  ck_assert_int_eq(lookup_row(cache, 5, 1000, 5, NULL), SDPA_STATUS_SUCCESS);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(counter.warnings, 1);
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), 1);
+  free(kept);
+  free(moved);
+  free(junk);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_zero_length_file) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  write_whole(path, "", 0);
+  sdpa_cache *cache = open_cache(path, &counter);
+  ck_assert_int_eq(counter.warnings, 0);
+  ck_assert_str_eq(sdpa_cache_path(cache), path);
+  store_row(cache, 6, 700, 6);
+  ck_assert_int_eq(lookup_row(cache, 6, 700, 6, NULL), SDPA_STATUS_SUCCESS);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt-", NULL), 0);
+  ck_assert_int_eq(db_int(path, "PRAGMA application_id"),
+                   SDPA_CACHE_APPLICATION_ID);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_truncated_database) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  for (unsigned i = 0; i < 20; i++) store_row(cache, 100 + i, 5000 + 700 * i, i);
+  sdpa_cache_close(cache);
+  struct stat st;
+  ck_assert_int_eq(stat(path, &st), 0);
+  ck_assert_int_eq(truncate(path, st.st_size / 2), 0);
+
+  cache = open_cache(path, &counter);
+  /* Whatever survived is served intact, the rest misses. */
+  for (unsigned i = 0; i < 20; i++) {
+    sdpa_status status = lookup_row(cache, 100 + i, 5000 + 700 * i, i, NULL);
+    ck_assert(status == SDPA_STATUS_SUCCESS || status == SDPA_STATUS_NOT_FOUND);
+  }
+  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt-", NULL), 1);
+  ck_assert_int_eq(counter.warnings, 1);
+  store_row(cache, 200, 900, 200);
+  ck_assert_int_eq(lookup_row(cache, 200, 900, 200, NULL), SDPA_STATUS_SUCCESS);
+  int64_t checked = -1, removed = -1;
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, &checked, &removed),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_ge(checked, 1);
+  ck_assert_int_eq(removed, 0);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(counter.warnings, 1);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_damage_found_after_open) {
+  /* Page 1 (header and schema) intact, the b-tree pages behind it
+   * overwritten: the file opens, and the first lookup finds the damage. */
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  for (unsigned i = 0; i < 8; i++) store_row(cache, 300 + i, 3000, i);
+  sdpa_cache_close(cache);
+  int64_t page_size = db_int(path, "PRAGMA page_size");
+  unsigned char *junk = make_cubin((size_t)page_size * 3, 42);
+  int fd = open(path, O_WRONLY);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(pwrite(fd, junk, (size_t)page_size * 3, page_size),
+                   page_size * 3);
+  close(fd);
+
+  cache = open_cache(path, &counter);
+  ck_assert_int_eq(counter.warnings, 0);
+  ck_assert_int_eq(lookup_row(cache, 300, 3000, 0, NULL), SDPA_STATUS_NOT_FOUND);
+  ck_assert_int_eq(counter.warnings, 1);
+  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt-", NULL), 1);
+  ck_assert_str_eq(sdpa_cache_path(cache), path);
+  store_row(cache, 400, 900, 4);
+  ck_assert_int_eq(lookup_row(cache, 400, 900, 4, NULL), SDPA_STATUS_SUCCESS);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(counter.warnings, 1);
+  free(junk);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+/* Memory mode: one warning, and nothing fails afterwards. */
+static void check_memory_mode(sdpa_cache *cache, log_counter *counter) {
+  ck_assert_int_eq(counter->warnings, 1);
+  ck_assert_ptr_null(sdpa_cache_path(cache));
+  store_row(cache, 8, 500, 8);
+  ck_assert_int_eq(lookup_row(cache, 8, 500, 8, NULL), SDPA_STATUS_NOT_FOUND);
+  char hash[33];
+  make_hash(hash, 8);
+  sdpa_cache_lock *lock = (sdpa_cache_lock *)1;
+  sdpa_cache_lock_key(cache, hash, &lock);
+  ck_assert_ptr_null(lock);
+  sdpa_cache_entry *entries = NULL;
+  size_t count = 5;
+  ck_assert_int_eq(sdpa_cache_list_entries(cache, &entries, &count),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_uint_eq(count, 0);
+  sdpa_cache_free_entries(entries, count);
+  sdpa_cache_stats stats;
+  ck_assert_int_eq(sdpa_cache_get_stats(cache, &stats), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(stats.entries, 0);
+  int64_t removed = -1;
+  ck_assert_int_eq(sdpa_cache_prune_rows(cache, 0, 0, &removed),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(removed, 0);
+  ck_assert_int_eq(counter->warnings, 1);
+}
+
+START_TEST(test_directory_in_place_of_file) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  ck_assert_int_eq(mkdir(path, 0700), 0);
+  sdpa_cache *cache = open_cache(path, &counter);
+  ck_assert_ptr_nonnull(strstr(counter.last, "directory"));
+  ck_assert_ptr_nonnull(strstr(counter.last, "SDPA_JIT_CACHE"));
+  check_memory_mode(cache, &counter);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(counter.warnings, 1);
+  struct stat st;
+  ck_assert_int_eq(stat(path, &st), 0);
+  ck_assert(S_ISDIR(st.st_mode));
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_uncreatable_directory) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *blocker = join(dir, "file");
+  write_whole(blocker, "x", 1);
+  char *path = join(dir, "file/sub/kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  ck_assert_ptr_nonnull(strstr(counter.last, "file/sub"));
+  check_memory_mode(cache, &counter);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(counter.warnings, 1);
+  free(blocker);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_newer_user_version_untouched) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  db_exec(path, ""); /* creates the file */
+  sqlite3 *db = NULL;
+  ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_exec(db,
+                                "CREATE TABLE kernels (key_hash TEXT PRIMARY "
+                                "KEY, future BLOB);"
+                                "INSERT INTO kernels VALUES ('x', x'0102');"
+                                "PRAGMA application_id = 1396985921;"
+                                "PRAGMA user_version = 2;",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(db);
+  size_t before_size = 0, after_size = 0;
+  unsigned char *before = read_whole(path, &before_size);
+
+  sdpa_cache *cache = open_cache(path, &counter);
+  ck_assert_ptr_nonnull(strstr(counter.last, "newer"));
+  ck_assert_ptr_nonnull(strstr(counter.last, "SDPA_JIT_CACHE"));
+  check_memory_mode(cache, &counter);
+  sdpa_cache_close(cache);
+
+  unsigned char *after = read_whole(path, &after_size);
+  ck_assert_uint_eq(before_size, after_size);
+  ck_assert_int_eq(memcmp(before, after, before_size), 0);
+  char *wal = join(dir, "kernels.sqlite-wal");
+  ck_assert(!exists(wal));
+  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.", NULL), 0);
+  free(wal);
+  free(before);
+  free(after);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_foreign_database_moved_aside) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  db_exec(path, "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES "
+                "('mine'); PRAGMA application_id = 305419896;");
+  sdpa_cache *cache = open_cache(path, &counter);
+  ck_assert_int_eq(counter.warnings, 1);
+  char *moved = NULL;
+  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.foreign-", &moved), 1);
+  ck_assert_int_eq(db_int(moved, "SELECT count(*) FROM notes"), 1);
+  store_row(cache, 9, 800, 9);
+  ck_assert_int_eq(lookup_row(cache, 9, 800, 9, NULL), SDPA_STATUS_SUCCESS);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(counter.warnings, 1);
+  free(moved);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_default_path) {
+  char buf[4096], want[4096];
+  char *dir = sdpa_test_tmpdir("cache");
+  long uid = (long)getuid();
+
+  setenv("SDPA_JIT_CACHE", "/elsewhere/k.sqlite", 1);
+  setenv("XDG_CACHE_HOME", "/xdg", 1);
+  setenv("HOME", "/home/someone", 1);
+  ck_assert_str_eq(sdpa_cache_default_path(buf, sizeof buf),
+                   "/elsewhere/k.sqlite");
+  unsetenv("SDPA_JIT_CACHE");
+  ck_assert_str_eq(sdpa_cache_default_path(buf, sizeof buf),
+                   "/xdg/sdpa-jit/kernels.sqlite");
+  setenv("XDG_CACHE_HOME", "relative/dir", 1); /* ignored, as XDG says */
+  ck_assert_str_eq(sdpa_cache_default_path(buf, sizeof buf),
+                   "/home/someone/.cache/sdpa-jit/kernels.sqlite");
+  unsetenv("XDG_CACHE_HOME");
+  ck_assert_str_eq(sdpa_cache_default_path(buf, sizeof buf),
+                   "/home/someone/.cache/sdpa-jit/kernels.sqlite");
+  setenv("SDPA_JIT_CACHE", "", 1); /* empty means unset */
+  unsetenv("HOME");
+  setenv("TMPDIR", "/scratch", 1);
+  snprintf(want, sizeof want, "/scratch/sdpa-jit-%ld/kernels.sqlite", uid);
+  ck_assert_str_eq(sdpa_cache_default_path(buf, sizeof buf), want);
+  unsetenv("TMPDIR");
+  snprintf(want, sizeof want, "/tmp/sdpa-jit-%ld/kernels.sqlite", uid);
+  ck_assert_str_eq(sdpa_cache_default_path(buf, sizeof buf), want);
+  char small[8];
+  ck_assert_str_eq(sdpa_cache_default_path(small, sizeof small), "");
+
+  /* Opened with no path: $HOME unset falls back to $TMPDIR. */
+  setenv("TMPDIR", dir, 1);
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(NULL, &counter);
+  snprintf(want, sizeof want, "%s/sdpa-jit-%ld/kernels.sqlite", dir, uid);
+  ck_assert_str_eq(sdpa_cache_path(cache), want);
+  store_row(cache, 10, 100, 10);
+  sdpa_cache_close(cache);
+  ck_assert(exists(want));
+
+  /* $SDPA_JIT_CACHE wins over everything. */
+  char *explicit_path = join(dir, "chosen/kernels.sqlite");
+  setenv("SDPA_JIT_CACHE", explicit_path, 1);
+  setenv("HOME", dir, 1);
+  cache = open_cache(NULL, &counter);
+  ck_assert_str_eq(sdpa_cache_path(cache), explicit_path);
+  sdpa_cache_close(cache);
+  ck_assert(exists(explicit_path));
+  ck_assert_int_eq(counter.warnings, 0);
+  unsetenv("SDPA_JIT_CACHE");
+  unsetenv("TMPDIR");
+  free(explicit_path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+static void file_state(const char *path, struct stat *st) {
+  memset(st, 0, sizeof *st);
+  if (stat(path, st) != 0) memset(st, 0, sizeof *st);
+}
+
+static int same_state(const struct stat *a, const struct stat *b) {
+  return a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+         a->st_mtim.tv_nsec == b->st_mtim.tv_nsec && a->st_ino == b->st_ino;
+}
+
+START_TEST(test_hit_writes_nothing_and_counts_flush_at_close) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  char *wal = join(dir, "kernels.sqlite-wal");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  store_row(cache, 11, 2000, 11);
+  sdpa_cache_close(cache);
+  int64_t created = db_int(path, "SELECT created FROM kernels");
+
+  cache = open_cache(path, &counter);
+  /* Another connection holds the write lock: a lookup that tried to write
+   * would wait for the busy timeout and warn. */
+  sqlite3 *writer = open_db(path);
+  sqlite3_busy_timeout(writer, 0);
+  ck_assert_int_eq(sqlite3_exec(writer, "BEGIN IMMEDIATE", NULL, NULL, NULL),
+                   SQLITE_OK);
+  struct stat db_before, wal_before, db_after, wal_after;
+  file_state(path, &db_before);
+  file_state(wal, &wal_before);
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(lookup_row(cache, 11, 2000, 11, NULL), SDPA_STATUS_SUCCESS);
+  ck_assert_double_lt(elapsed_ms(&start), 2000.0);
+  file_state(path, &db_after);
+  file_state(wal, &wal_after);
+  ck_assert(same_state(&db_before, &db_after));
+  ck_assert(same_state(&wal_before, &wal_after));
+  ck_assert_int_eq(sqlite3_exec(writer, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(writer);
+  ck_assert_int_eq(db_int(path, "SELECT hits FROM kernels"), 0);
+
+  /* In-memory counts show in what the inspection calls return. */
+  sdpa_cache_stats stats;
+  ck_assert_int_eq(sdpa_cache_get_stats(cache, &stats), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(stats.hits, 3);
+  ck_assert_int_eq(stats.entries, 1);
+  ck_assert_int_eq(stats.cubin_bytes, 2000);
+  ck_assert_int_gt(stats.file_bytes, 2000);
+  sdpa_cache_entry *entries = NULL;
+  size_t count = 0;
+  ck_assert_int_eq(sdpa_cache_list_entries(cache, &entries, &count),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_uint_eq(count, 1);
+  ck_assert_int_eq(entries[0].hits, 3);
+  ck_assert_int_eq(entries[0].readonly, 0);
+  sdpa_cache_free_entries(entries, count);
+  ck_assert_int_eq(counter.warnings, 0);
+  sdpa_cache_close(cache);
+
+  ck_assert_int_eq(db_int(path, "SELECT hits FROM kernels"), 3);
+  ck_assert_int_ge(db_int(path, "SELECT last_used FROM kernels"), created);
+  free(wal);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+/* Sets last_used of hash(number) to now - age seconds. */
+static void set_age(const char *path, unsigned number, int64_t age) {
+  char sql[256], hash[33];
+  make_hash(hash, number);
+  snprintf(sql, sizeof sql,
+           "UPDATE kernels SET last_used = %lld, created = %lld WHERE key_hash "
+           "= '%s'",
+           (long long)((int64_t)time(NULL) - age),
+           (long long)((int64_t)time(NULL) - age), hash);
+  db_exec(path, sql);
+}
+
+START_TEST(test_prune_by_size_keeps_recently_used) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  for (unsigned i = 1; i <= 4; i++) store_row(cache, 20 + i, 1000, i);
+  sdpa_cache_close(cache);
+  for (unsigned i = 1; i <= 4; i++) set_age(path, 20 + i, 500 - 100 * i);
+  /* 21 is oldest ... 24 newest on disk; a hit makes 21 the most recent. */
+  cache = open_cache(path, &counter);
+  ck_assert_int_eq(lookup_row(cache, 21, 1000, 1, NULL), SDPA_STATUS_SUCCESS);
+  int64_t removed = -1;
+  ck_assert_int_eq(sdpa_cache_prune_rows(cache, 2000, -1, &removed),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(removed, 2);
+  sdpa_cache_entry *entries = NULL;
+  size_t count = 0;
+  ck_assert_int_eq(sdpa_cache_list_entries(cache, &entries, &count),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_uint_eq(count, 2);
+  char hash[33];
+  make_hash(hash, 21);
+  ck_assert_str_eq(entries[0].key_hash, hash); /* most recently used first */
+  make_hash(hash, 24);
+  ck_assert_str_eq(entries[1].key_hash, hash);
+  ck_assert_int_eq(entries[0].hits, 1);
+  sdpa_cache_free_entries(entries, count);
+  ck_assert_int_eq(lookup_row(cache, 22, 1000, 2, NULL), SDPA_STATUS_NOT_FOUND);
+  ck_assert_int_eq(lookup_row(cache, 23, 1000, 3, NULL), SDPA_STATUS_NOT_FOUND);
+  /* Nothing over the limits: nothing removed. */
+  ck_assert_int_eq(sdpa_cache_prune_rows(cache, -1, -1, &removed),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(removed, 0);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(db_int(path, "SELECT hits FROM kernels WHERE key_hash = "
+                                "'00000000000000000000000000000015'"),
+                   1); /* written by the prune, not counted twice at close */
+  ck_assert_int_eq(counter.warnings, 0);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_store_enforces_size_cap) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache_config cfg = {0};
+  cfg.path = path;
+  cfg.max_bytes = 3000;
+  cfg.log = count_log;
+  cfg.log_user = &counter;
+  sdpa_cache *cache = NULL;
+  ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
+  for (unsigned i = 1; i <= 3; i++) store_row(cache, 30 + i, 1000, i);
+  sdpa_cache_close(cache);
+  set_age(path, 31, 10);
+  set_age(path, 32, 300);
+  set_age(path, 33, 200);
+  ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
+  store_row(cache, 34, 1000, 4); /* 4000 > 3000: the least recent goes */
+  ck_assert_int_eq(lookup_row(cache, 32, 1000, 2, NULL), SDPA_STATUS_NOT_FOUND);
+  ck_assert_int_eq(lookup_row(cache, 31, 1000, 1, NULL), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(lookup_row(cache, 33, 1000, 3, NULL), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(lookup_row(cache, 34, 1000, 4, NULL), SDPA_STATUS_SUCCESS);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(db_int(path, "SELECT sum(cubin_bytes) FROM kernels"), 3000);
+  ck_assert_int_eq(counter.warnings, 0);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_prune_by_age) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  for (unsigned i = 1; i <= 3; i++) store_row(cache, 40 + i, 1500, i);
+  sdpa_cache_close(cache);
+  set_age(path, 41, 40 * 86400);
+  set_age(path, 42, 29 * 86400);
+  cache = open_cache(path, &counter);
+  int64_t removed = -1;
+  ck_assert_int_eq(sdpa_cache_prune_rows(cache, -1, 30 * 86400, &removed),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(removed, 1);
+  ck_assert_int_eq(lookup_row(cache, 41, 1500, 1, NULL), SDPA_STATUS_NOT_FOUND);
+  ck_assert_int_eq(lookup_row(cache, 42, 1500, 2, NULL), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(lookup_row(cache, 43, 1500, 3, NULL), SDPA_STATUS_SUCCESS);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), 2);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_verify_removes_corrupted_row) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  for (unsigned i = 1; i <= 3; i++) store_row(cache, 50 + i, 2500, i);
+  sdpa_cache_close(cache);
+  flip_cubin_byte(path, 52);
+  cache = open_cache(path, &counter);
+  int64_t checked = -1, removed = -1;
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, &checked, &removed),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(checked, 3);
+  ck_assert_int_eq(removed, 1);
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, &checked, &removed),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(checked, 2);
+  ck_assert_int_eq(removed, 0);
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL), SDPA_STATUS_SUCCESS);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels WHERE key_hash "
+                                "= '00000000000000000000000000000034'"),
+                   0);
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), 2);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_get_entry_by_prefix_and_text) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  static const char *const hashes[] = {"abcdef00000000000000000000000001",
+                                       "abcdef00000000000000000000000002",
+                                       "1234567890abcdef1234567890abcdef"};
+  static const char *const texts[] = {"sdpa_bwd;row=1", "sdpa_bwd;row=2",
+                                      "sdpa_bwd;row=3"};
+  for (int i = 0; i < 3; i++) {
+    sdpa_cache_meta meta = make_meta(hashes[i], texts[i]);
+    unsigned char *cubin = make_cubin(1000 + 100 * (size_t)i, (unsigned)i);
+    ck_assert_int_eq(sdpa_cache_store(cache, &meta, cubin, 1000 + 100 * (size_t)i),
+                     SDPA_STATUS_SUCCESS);
+    free(cubin);
+  }
+  sdpa_cache_entry *entry = NULL;
+  /* Ambiguous prefix: names the count. */
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, "abcdef", &entry),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_null(entry);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "2 cache entries"));
+  /* Unique prefix, any case. */
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, "ABCDEF000000000000000000000000", &entry),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, "123456", &entry),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_str_eq(entry->key_hash, hashes[2]);
+  ck_assert_str_eq(entry->key_text, texts[2]);
+  ck_assert_int_eq(entry->cubin_bytes, 1200);
+  ck_assert_str_eq(entry->dtype, "bf16");
+  ck_assert_str_eq(entry->mask, "causal_br");
+  ck_assert_str_eq(entry->layout, "thd");
+  ck_assert_str_eq(entry->nvrtc_version, "13.0");
+  ck_assert_int_eq(entry->head_dim, 128);
+  ck_assert_int_eq(entry->head_dim_v, 64);
+  ck_assert_int_eq(entry->q_tile, 64);
+  ck_assert_int_eq(entry->kv_tile, 128);
+  ck_assert_int_eq(entry->warps, 8);
+  ck_assert_int_eq(entry->stages, 2);
+  ck_assert_int_eq(entry->arch, 90);
+  ck_assert_double_eq_tol(entry->compile_ms, 1234.5, 1e-9);
+  ck_assert_int_eq(entry->readonly, 0);
+  sdpa_cache_free_entries(entry, 1);
+  /* Full hash, upper case. */
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, "ABCDEF00000000000000000000000001",
+                                        &entry),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_str_eq(entry->key_hash, hashes[0]);
+  sdpa_cache_free_entries(entry, 1);
+  /* Full key text. */
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, texts[1], &entry),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_str_eq(entry->key_hash, hashes[1]);
+  sdpa_cache_free_entries(entry, 1);
+  /* Misses. */
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, "abc", &entry),
+                   SDPA_STATUS_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "6"));
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, "ffffff", &entry),
+                   SDPA_STATUS_NOT_FOUND);
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, "sdpa_bwd;row=9", &entry),
+                   SDPA_STATUS_NOT_FOUND);
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, "", &entry),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_null(entry);
+
+  /* The cubin by prefix, checksum verified. */
+  void *data = NULL;
+  size_t size = 0;
+  ck_assert_int_eq(sdpa_cache_read_cubin(cache, "1234567890", &data, &size),
+                   SDPA_STATUS_SUCCESS);
+  unsigned char *want = make_cubin(1200, 2);
+  ck_assert_uint_eq(size, 1200);
+  ck_assert_int_eq(memcmp(data, want, size), 0);
+  free(want);
+  free(data);
+  ck_assert_int_eq(sdpa_cache_read_cubin(cache, "abcdef", &data, &size),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  sdpa_cache_close(cache);
+
+  /* A damaged cubin is refused and removed. */
+  sqlite3 *db = open_db(path);
+  ck_assert_int_eq(sqlite3_exec(db,
+                                "UPDATE kernels SET checksum = checksum + 1 "
+                                "WHERE key_text = 'sdpa_bwd;row=3'",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(db);
+  cache = open_cache(path, &counter);
+  ck_assert_int_eq(sdpa_cache_read_cubin(cache, "123456", &data, &size),
+                   SDPA_STATUS_CACHE_ERROR);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "checksum"));
+  ck_assert_ptr_null(data);
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, "123456", &entry),
+                   SDPA_STATUS_NOT_FOUND);
+  sdpa_cache_close(cache);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_key_lock_excludes_other_process) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  char hash[33], other[33];
+  make_hash(hash, 60);
+  make_hash(other, 61);
+  int ready[2];
+  ck_assert_int_eq(pipe(ready), 0);
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) {
+    /* The child takes the lock, says so, and sleeps until killed. */
+    sdpa_cache_config cfg = {0};
+    sdpa_cache *cache = NULL;
+    sdpa_cache_lock *lock = NULL;
+    cfg.path = path;
+    char answer = 'n';
+    if (sdpa_cache_open(&cache, &cfg) == SDPA_STATUS_SUCCESS) {
+      sdpa_cache_lock_key(cache, hash, &lock);
+      if (lock) answer = 'L';
+    }
+    if (write(ready[1], &answer, 1) != 1) _exit(2);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char answer = 0;
+  ck_assert_int_eq(read(ready[0], &answer, 1), 1);
+  close(ready[0]);
+  ck_assert_int_eq(answer, 'L');
+
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache_config cfg = {0};
+  sdpa_cache *cache = NULL;
+  cfg.path = path;
+  cfg.lock_timeout_ms = 300;
+  cfg.log = count_log;
+  cfg.log_user = &counter;
+  ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
+
+  /* Held elsewhere: waits the timeout, then gives up (NULL). */
+  sdpa_cache_lock *lock = (sdpa_cache_lock *)1;
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  sdpa_cache_lock_key(cache, hash, &lock);
+  double waited = elapsed_ms(&start);
+  ck_assert_ptr_null(lock);
+  ck_assert_double_ge(waited, 290.0);
+  ck_assert_double_lt(waited, 5000.0);
+  ck_assert_int_eq(counter.warnings, 1);
+
+  /* Another key is free. */
+  sdpa_cache_lock *free_lock = NULL;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  sdpa_cache_lock_key(cache, other, &free_lock);
+  ck_assert_ptr_nonnull(free_lock);
+  ck_assert_double_lt(elapsed_ms(&start), 200.0);
+
+  /* The holder dies: the kernel drops its lock at once. */
+  ck_assert_int_eq(kill(child, SIGKILL), 0);
+  int wstatus = 0;
+  ck_assert_int_eq(waitpid(child, &wstatus, 0), child);
+  ck_assert(WIFSIGNALED(wstatus));
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  sdpa_cache_lock_key(cache, hash, &lock);
+  ck_assert_ptr_nonnull(lock);
+  ck_assert_double_lt(elapsed_ms(&start), 200.0);
+
+  /* Held in this process: a second claim waits too (one flock per open). */
+  sdpa_cache_lock *second = (sdpa_cache_lock *)1;
+  sdpa_cache_lock_key(cache, hash, &second);
+  ck_assert_ptr_null(second);
+  sdpa_cache_unlock_key(lock);
+  sdpa_cache_lock_key(cache, hash, &second);
+  ck_assert_ptr_nonnull(second);
+  sdpa_cache_unlock_key(second);
+  sdpa_cache_unlock_key(free_lock);
+  sdpa_cache_unlock_key(NULL);
+
+  char *lock_file = NULL;
+  ck_assert_int_ge(asprintf(&lock_file, "%s/locks/%s.lock", dir, hash), 0);
+  ck_assert(exists(lock_file));
+  free(lock_file);
+  sdpa_cache_close(cache);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_shipped_database_first_and_never_written) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *shipped = join(dir, "image/shipped.sqlite");
+  char *user = join(dir, "user.sqlite");
+  char *missing = join(dir, "image/missing.sqlite");
+  char *junk = join(dir, "image/junk.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+
+  /* A preheated database with keys 70 and 71 (71 then damaged). */
+  sdpa_cache *cache = open_cache(shipped, &counter);
+  store_row(cache, 70, 3000, 170);
+  store_row(cache, 71, 3000, 171);
+  sdpa_cache_close(cache);
+  flip_cubin_byte(shipped, 71);
+  unsigned char *noise = make_cubin(5000, 5);
+  write_whole(junk, noise, 5000);
+  free(noise);
+  /* The user's database has both keys with other bytes, and key 72. */
+  cache = open_cache(user, &counter);
+  store_row(cache, 70, 2000, 270);
+  store_row(cache, 71, 2000, 271);
+  store_row(cache, 72, 2000, 272);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(counter.warnings, 0);
+  size_t before_size = 0, after_size = 0;
+  unsigned char *before = read_whole(shipped, &before_size);
+
+  const char *layers[] = {missing, shipped, junk};
+  sdpa_cache_config cfg = {0};
+  cfg.path = user;
+  cfg.readonly_paths = layers;
+  cfg.readonly_count = 3;
+  cfg.log = count_log;
+  cfg.log_user = &counter;
+  ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(counter.warnings, 2); /* missing and junk skipped */
+
+  sdpa_source source = SDPA_SOURCE_NONE;
+  ck_assert_int_eq(lookup_row(cache, 70, 3000, 170, &source), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(source, SDPA_SOURCE_SHIPPED);
+  /* A bad shipped row is skipped (warned), the user's row serves. */
+  ck_assert_int_eq(lookup_row(cache, 71, 2000, 271, &source), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(source, SDPA_SOURCE_DISK);
+  ck_assert_int_eq(counter.warnings, 3);
+  ck_assert_int_eq(lookup_row(cache, 72, 2000, 272, &source), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(source, SDPA_SOURCE_DISK);
+  /* A store goes to the user's database. */
+  store_row(cache, 73, 1000, 273);
+
+  sdpa_cache_entry *entries = NULL;
+  size_t count = 0;
+  ck_assert_int_eq(sdpa_cache_list_entries(cache, &entries, &count),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_uint_eq(count, 6);
+  int readonly_rows = 0;
+  for (size_t i = 0; i < count; i++) readonly_rows += entries[i].readonly;
+  ck_assert_int_eq(readonly_rows, 2);
+  for (size_t i = 1; i < count; i++)
+    ck_assert_int_ge(entries[i - 1].last_used, entries[i].last_used);
+  sdpa_cache_free_entries(entries, count);
+  sdpa_cache_stats stats;
+  ck_assert_int_eq(sdpa_cache_get_stats(cache, &stats), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(stats.entries, 6);
+  ck_assert_int_eq(stats.readonly_entries, 2);
+  ck_assert_int_eq(stats.cubin_bytes, 2 * 3000 + 3 * 2000 + 1000);
+  ck_assert_int_eq(stats.hits, 3);
+  sdpa_cache_entry *entry = NULL;
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, "00000000000000000000000000000046",
+                                        &entry),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(entry->readonly, 1);
+  ck_assert_int_eq(entry->hits, 1);
+  sdpa_cache_free_entries(entry, 1);
+
+  int64_t checked = 0, removed = 0;
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, &checked, &removed),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(checked, 6);
+  ck_assert_int_eq(removed, 0); /* the bad shipped row stays */
+  ck_assert_int_eq(sdpa_cache_prune_rows(cache, 0, -1, &removed),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(removed, 4); /* the user's rows only */
+  ck_assert_int_eq(lookup_row(cache, 70, 3000, 170, &source), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(source, SDPA_SOURCE_SHIPPED);
+  sdpa_cache_close(cache);
+
+  unsigned char *after = read_whole(shipped, &after_size);
+  ck_assert_uint_eq(before_size, after_size);
+  ck_assert_int_eq(memcmp(before, after, before_size), 0);
+  char *shm = join(dir, "image/shipped.sqlite-shm");
+  ck_assert(!exists(shm));
+  ck_assert_int_eq(count_prefixed(dir, "image", NULL), 1);
+  char *image = join(dir, "image");
+  ck_assert_int_eq(count_prefixed(image, "junk.sqlite.", NULL), 0);
+  ck_assert_int_eq(db_int(shipped, "SELECT sum(hits) FROM kernels"), 0);
+  ck_assert_int_eq(db_int(user, "SELECT count(*) FROM kernels"), 0);
+  free(image);
+  free(shm);
+  free(before);
+  free(after);
+  free(shipped);
+  free(user);
+  free(missing);
+  free(junk);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+typedef struct thread_job {
+  sdpa_cache *cache;
+  unsigned first;
+  int failures;
+} thread_job;
+
+static void *thread_main(void *arg) {
+  thread_job *job = arg;
+  for (unsigned i = 0; i < 40; i++) {
+    unsigned number = job->first + i;
+    char hash[33], text[64];
+    make_hash(hash, number);
+    snprintf(text, sizeof text, "sdpa_bwd;key=%u", number);
+    sdpa_cache_meta meta = make_meta(hash, text);
+    unsigned char *cubin = make_cubin(600 + i, number);
+    void *data = NULL;
+    size_t size = 0;
+    if (sdpa_cache_store(job->cache, &meta, cubin, 600 + i) != SDPA_STATUS_SUCCESS)
+      job->failures++;
+    if (sdpa_cache_lookup(job->cache, hash, text, &data, &size, NULL) !=
+            SDPA_STATUS_SUCCESS ||
+        size != 600 + i || memcmp(data, cubin, size) != 0)
+      job->failures++;
+    free(data);
+    free(cubin);
+  }
+  return NULL;
+}
+
+START_TEST(test_shared_by_threads) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  pthread_t threads[4];
+  thread_job jobs[4];
+  for (int t = 0; t < 4; t++) {
+    jobs[t] = (thread_job){cache, 1000u * (unsigned)(t + 1), 0};
+    ck_assert_int_eq(pthread_create(&threads[t], NULL, thread_main, &jobs[t]), 0);
+  }
+  for (int t = 0; t < 4; t++) {
+    pthread_join(threads[t], NULL);
+    ck_assert_int_eq(jobs[t].failures, 0);
+  }
+  sdpa_cache_stats stats;
+  ck_assert_int_eq(sdpa_cache_get_stats(cache, &stats), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(stats.entries, 160);
+  ck_assert_int_eq(stats.hits, 160);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(db_int(path, "SELECT sum(hits) FROM kernels"), 160);
+  ck_assert_int_eq(counter.warnings, 0);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_remove_and_disabled) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  store_row(cache, 80, 400, 80);
+  char hash[33];
+  make_hash(hash, 80);
+  sdpa_cache_remove(cache, hash);
+  ck_assert_int_eq(lookup_row(cache, 80, 400, 80, NULL), SDPA_STATUS_NOT_FOUND);
+  sdpa_cache_remove(cache, "not-a-hash"); /* ignored */
+  sdpa_cache_close(cache);
+
+  sdpa_cache_config cfg = {0};
+  cfg.disabled = 1;
+  cfg.path = path;
+  cfg.log = count_log;
+  cfg.log_user = &counter;
+  ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
+  ck_assert_ptr_null(sdpa_cache_path(cache));
+  store_row(cache, 81, 400, 81);
+  ck_assert_int_eq(lookup_row(cache, 81, 400, 81, NULL), SDPA_STATUS_NOT_FOUND);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(counter.warnings, 0); /* asked for: nothing to warn */
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), 0);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+START_TEST(test_invalid_arguments) {
+  sdpa_cache_config cfg = {0};
+  sdpa_cache *cache = NULL;
+  ck_assert_int_eq(sdpa_cache_open(NULL, &cfg), SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_str_ne(sdpa_last_error(), "");
+  cfg.readonly_count = 1;
+  ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "readonly_cache_paths"));
+  ck_assert_ptr_null(cache);
+
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  cache = open_cache(path, &counter);
+  void *data = NULL;
+  size_t size = 0;
+  ck_assert_int_eq(sdpa_cache_lookup(cache, "xyz", "t", &data, &size, NULL),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "32 hex digits"));
+  ck_assert_int_eq(sdpa_cache_lookup(cache, "00000000000000000000000000000001",
+                                     NULL, &data, &size, NULL),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_int_eq(sdpa_cache_store(cache, NULL, "x", 1),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  sdpa_cache_meta meta = make_meta("00000000000000000000000000000001", "t");
+  ck_assert_int_eq(sdpa_cache_store(cache, &meta, "x", 0),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  meta.key_hash = "0000000000000000000000000000000g";
+  ck_assert_int_eq(sdpa_cache_store(cache, &meta, "x", 1),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_int_eq(sdpa_cache_list_entries(cache, NULL, &size),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_int_eq(sdpa_cache_get_stats(NULL, NULL), SDPA_STATUS_INVALID_ARGUMENT);
+  sdpa_cache_lock *lock = (sdpa_cache_lock *)1;
+  sdpa_cache_lock_key(cache, "../../etc/passwd", &lock);
+  ck_assert_ptr_null(lock);
+  sdpa_cache_close(cache);
+  sdpa_cache_close(NULL);
+  sdpa_cache_free_entries(NULL, 0);
+  ck_assert_ptr_null(sdpa_cache_path(NULL));
+  ck_assert_int_eq(counter.warnings, 0);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+/* Runs `sqlite3 db < file` through the shell; returns its exit status and
+ * whether it wrote to stderr. -1 when no sqlite3 shell is installed. */
+static int run_shell(const char *db, const char *script, const char *dir,
+                     int *stderr_bytes) {
+  char *command = NULL, *err = join(dir, "shell.err");
+  struct stat st;
+  if (system("command -v sqlite3 >/dev/null 2>&1") != 0) {
+    free(err);
+    return -1;
+  }
+  ck_assert_int_ge(asprintf(&command, "sqlite3 -bail '%s' < '%s' >/dev/null 2>'%s'",
+                            db, script, err),
+                   0);
+  int status = system(command);
+  *stderr_bytes = stat(err, &st) == 0 ? (int)st.st_size : -1;
+  free(command);
+  free(err);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+START_TEST(test_sql_files_run_in_the_shell) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  char *by_hand = join(dir, "by_hand.sqlite");
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache *cache = open_cache(path, &counter);
+  for (unsigned i = 0; i < 5; i++) store_row(cache, 90 + i, 700 + 50 * i, i);
+  ck_assert_int_eq(lookup_row(cache, 90, 700, 0, NULL), SDPA_STATUS_SUCCESS);
+  sdpa_cache_close(cache);
+  int stderr_bytes = -1;
+  int rc = run_shell(path, SDPA_TEST_SOURCE_DIR "/cache/inspect.sql", dir,
+                     &stderr_bytes);
+  if (rc == -1) {
+    fprintf(stderr, "note: no sqlite3 shell; inspect.sql not run\n");
+  } else {
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(stderr_bytes, 0);
+    /* schema.sql by hand makes a file the library accepts silently. */
+    rc = run_shell(by_hand, SDPA_TEST_SOURCE_DIR "/cache/schema.sql", dir,
+                   &stderr_bytes);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(stderr_bytes, 0);
+    cache = open_cache(by_hand, &counter);
+    store_row(cache, 99, 100, 99);
+    ck_assert_int_eq(lookup_row(cache, 99, 100, 99, NULL), SDPA_STATUS_SUCCESS);
+    sdpa_cache_close(cache);
+    ck_assert_int_eq(counter.warnings, 0);
+  }
+  /* The embedded schema is the file's text. */
+  size_t size = 0;
+  unsigned char *text = read_whole(SDPA_TEST_SOURCE_DIR "/cache/schema.sql", &size);
+  ck_assert_uint_eq(strlen(sdpa_embedded_schema_sql), size);
+  ck_assert_int_eq(memcmp(text, sdpa_embedded_schema_sql, size), 0);
+  free(text);
+  free(by_hand);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
+static Suite *cache_suite(void) {
+  Suite *suite = suite_create("cache");
+  TCase *tc = tcase_create("cache");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_round_trip);
+  tcase_add_test(tc, test_key_text_mismatch_is_a_miss);
+  tcase_add_test(tc, test_flipped_cubin_byte_removes_row);
+  tcase_add_test(tc, test_random_bytes_file_moved_aside);
+  tcase_add_test(tc, test_zero_length_file);
+  tcase_add_test(tc, test_truncated_database);
+  tcase_add_test(tc, test_damage_found_after_open);
+  tcase_add_test(tc, test_directory_in_place_of_file);
+  tcase_add_test(tc, test_uncreatable_directory);
+  tcase_add_test(tc, test_newer_user_version_untouched);
+  tcase_add_test(tc, test_foreign_database_moved_aside);
+  tcase_add_test(tc, test_default_path);
+  tcase_add_test(tc, test_hit_writes_nothing_and_counts_flush_at_close);
+  tcase_add_test(tc, test_prune_by_size_keeps_recently_used);
+  tcase_add_test(tc, test_store_enforces_size_cap);
+  tcase_add_test(tc, test_prune_by_age);
+  tcase_add_test(tc, test_verify_removes_corrupted_row);
+  tcase_add_test(tc, test_get_entry_by_prefix_and_text);
+  tcase_add_test(tc, test_key_lock_excludes_other_process);
+  tcase_add_test(tc, test_shipped_database_first_and_never_written);
+  tcase_add_test(tc, test_shared_by_threads);
+  tcase_add_test(tc, test_remove_and_disabled);
+  tcase_add_test(tc, test_invalid_arguments);
+  tcase_add_test(tc, test_sql_files_run_in_the_shell);
+  suite_add_tcase(suite, tc);
+  return suite;
+}
+
+int main(void) { return sdpa_test_run(cache_suite()); }

@@ -1,0 +1,577 @@
+/*
+ * test_cpu_cli.c — the `sdpa-jit` command line tool, run as a program.
+ *
+ * Runs the built binary ($SDPA_JIT_CLI, set by ctest; else
+ * SDPA_TEST_BINARY_DIR/sdpa-jit) against a fresh temporary cache per test
+ * and checks what a user sees: exit codes (0 success, 1 failure, 2 usage),
+ * help texts that name each option, the summary line of `preheat`, the row
+ * it leaves in the database (read with the sqlite3 shell, as a user
+ * would), `ls --json`, `show`, `dump -o` producing the ELF cubin, and
+ * `prune` removing it. No GPU is needed: preheat names its arch (sm_80).
+ * $SDPA_JIT_CACHE points into the temporary directory so no test touches
+ * the user's own cache.
+ */
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "sdpa_jit.h"
+
+/* ------------------------------------------------------------- helpers */
+
+static const char *cli_binary(void) {
+  const char *path = getenv("SDPA_JIT_CLI");
+  return path && *path ? path : SDPA_TEST_BINARY_DIR "/sdpa-jit";
+}
+
+/* Reads a whole file into a NUL-terminated malloc'd buffer ("" if none). */
+static char *read_all(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  char *data = NULL;
+  size_t used = 0, cap = 0;
+  if (f) {
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+      if (used + n + 1 > cap) {
+        cap = (used + n + 1) * 2;
+        data = realloc(data, cap);
+        ck_assert_ptr_nonnull(data);
+      }
+      memcpy(data + used, chunk, n);
+      used += n;
+    }
+    fclose(f);
+  }
+  if (!data) data = calloc(1, 1);
+  ck_assert_ptr_nonnull(data);
+  data[used] = '\0';
+  if (size) *size = used;
+  return data;
+}
+
+/* A finished run of the CLI: exit status, stdout, stderr. */
+typedef struct run_result {
+  int status;
+  char *out;
+  char *err;
+} run_result;
+
+static void run_result_free(run_result *r) {
+  free(r->out);
+  free(r->err);
+  r->out = r->err = NULL;
+}
+
+/* Runs `sdpa-jit <args>` (args formatted, passed through /bin/sh, so the
+ * caller quotes) with stdin from /dev/null and stdout/stderr captured in
+ * files under `dir`. */
+static run_result run_cli(const char *dir, const char *fmt, ...) {
+  char args[4096], command[8192], out_path[1024], err_path[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(out_path, sizeof out_path, "%s/cli.out", dir);
+  snprintf(err_path, sizeof err_path, "%s/cli.err", dir);
+  snprintf(command, sizeof command, "'%s' %s </dev/null >'%s' 2>'%s'",
+           cli_binary(), args, out_path, err_path);
+  int raw = system(command);
+  run_result r;
+  ck_assert_msg(raw != -1 && WIFEXITED(raw), "could not run: %s", command);
+  r.status = WEXITSTATUS(raw);
+  r.out = read_all(out_path, NULL);
+  r.err = read_all(err_path, NULL);
+  return r;
+}
+
+/* The last non-empty line of `text`, copied into buf. */
+static const char *last_line(const char *text, char *buf, size_t size) {
+  size_t n = strlen(text);
+  while (n > 0 && text[n - 1] == '\n') n--;
+  size_t start = n;
+  while (start > 0 && text[start - 1] != '\n') start--;
+  snprintf(buf, size, "%.*s", (int)(n - start), text + start);
+  return buf;
+}
+
+/* Runs the sqlite3 shell on `db` with `sql` and returns its trimmed
+ * output (malloc'd). */
+static char *sqlite_query(const char *db, const char *sql) {
+  char command[2048];
+  snprintf(command, sizeof command, "sqlite3 '%s' \"%s\" 2>&1", db, sql);
+  FILE *p = popen(command, "r");
+  ck_assert_msg(p != NULL, "popen failed: %s", command);
+  char *out = calloc(1, 4096);
+  ck_assert_ptr_nonnull(out);
+  size_t n = fread(out, 1, 4095, p);
+  out[n] = '\0';
+  int status = pclose(p);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "sqlite3 failed on %s: %s", db, out);
+  while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r')) out[--n] = 0;
+  return out;
+}
+
+/* The value of the first "name":"..." string field in JSON text. */
+static int json_string_field(const char *json, const char *name, char *buf,
+                             size_t size) {
+  char pattern[64];
+  snprintf(pattern, sizeof pattern, "\"%s\":\"", name);
+  const char *p = strstr(json, pattern);
+  if (!p) return -1;
+  p += strlen(pattern);
+  const char *end = strchr(p, '"');
+  if (!end) return -1;
+  snprintf(buf, size, "%.*s", (int)(end - p), p);
+  return 0;
+}
+
+/* The value of the first "name":N integer field in JSON text. */
+static int json_int_field(const char *json, const char *name,
+                          long long *out) {
+  char pattern[64];
+  snprintf(pattern, sizeof pattern, "\"%s\":", name);
+  const char *p = strstr(json, pattern);
+  if (!p) return -1;
+  char *end = NULL;
+  *out = strtoll(p + strlen(pattern), &end, 10);
+  return end == p + strlen(pattern) ? -1 : 0;
+}
+
+/* A fresh directory per test; $SDPA_JIT_CACHE points into it. */
+static char *test_dir;
+static char cache_db[1024];
+
+static void setup(void) {
+  test_dir = sdpa_test_tmpdir("cli");
+  ck_assert_ptr_nonnull(test_dir);
+  snprintf(cache_db, sizeof cache_db, "%s/kernels.sqlite", test_dir);
+  char fallback[1024];
+  snprintf(fallback, sizeof fallback, "%s/default.sqlite", test_dir);
+  setenv("SDPA_JIT_CACHE", fallback, 1);
+  ck_assert_msg(access(cli_binary(), X_OK) == 0,
+                "the CLI is not built at %s (set SDPA_JIT_CLI)",
+                cli_binary());
+}
+
+static void teardown(void) {
+  sdpa_test_rmtree(test_dir);
+  free(test_dir);
+  test_dir = NULL;
+}
+
+/* ------------------------------------------------ help and usage errors */
+
+typedef struct command_help {
+  const char *command;
+  const char *mentions[12]; /* NULL-terminated */
+} command_help;
+
+static const command_help helps[] = {
+    {"preheat",
+     {"--arch", "--dtype", "--head-dim", "--head-dim-v", "--mask", "--layout",
+      "--lse", "--deterministic", "--even", "-j", "--json", NULL}},
+    {"ls", {"--json", NULL}},
+    {"show", {"KEY", NULL}},
+    {"stats", {"entries", NULL}},
+    {"verify", {"removed", NULL}},
+    {"prune", {"--max-bytes", "--older-than", NULL}},
+    {"dump", {"KEY", "-o", NULL}},
+    {"path", {"(memory)", NULL}},
+};
+
+START_TEST(test_help_of_every_command) {
+  size_t count = sizeof helps / sizeof helps[0];
+  for (size_t i = 0; i < count; i++) {
+    const command_help *h = &helps[i];
+    run_result r = run_cli(test_dir, "%s --help", h->command);
+    ck_assert_msg(r.status == 0, "%s --help exited %d: %s", h->command,
+                  r.status, r.err);
+    char usage[64];
+    snprintf(usage, sizeof usage, "usage: sdpa-jit %s", h->command);
+    ck_assert_msg(strstr(r.out, usage), "%s --help lacks '%s':\n%s",
+                  h->command, usage, r.out);
+    for (size_t m = 0; h->mentions[m]; m++)
+      ck_assert_msg(strstr(r.out, h->mentions[m]),
+                    "%s --help does not mention %s:\n%s", h->command,
+                    h->mentions[m], r.out);
+    /* Global options are named too, and -h works as well as --help. */
+    ck_assert_msg(strstr(r.out, "--cache"), "%s --help lacks --cache",
+                  h->command);
+    run_result_free(&r);
+    r = run_cli(test_dir, "-h %s", h->command);
+    ck_assert_int_eq(r.status, 0);
+    run_result_free(&r);
+    r = run_cli(test_dir, "--cache '%s' %s -h", cache_db, h->command);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(strstr(r.out, usage), "%s -h after --cache: %s",
+                  h->command, r.out);
+    run_result_free(&r);
+  }
+  /* The top-level help lists every command and the global options. */
+  run_result r = run_cli(test_dir, "--help");
+  ck_assert_int_eq(r.status, 0);
+  for (size_t i = 0; i < count; i++)
+    ck_assert_msg(strstr(r.out, helps[i].command), "--help lacks %s",
+                  helps[i].command);
+  const char *globals[] = {"--cache", "--readonly", "--no-disk", "--version"};
+  for (size_t i = 0; i < 4; i++)
+    ck_assert_msg(strstr(r.out, globals[i]), "--help lacks %s", globals[i]);
+  run_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_version) {
+  run_result r = run_cli(test_dir, "--version");
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_msg(strstr(r.out, SDPA_JIT_VERSION_STRING), "--version: %s",
+                r.out);
+  run_result_free(&r);
+}
+END_TEST
+
+/* Each of these is a usage error: exit 2, a message on stderr that says
+ * what is wrong, nothing done. */
+typedef struct usage_case {
+  const char *args;
+  const char *stderr_mentions;
+} usage_case;
+
+static const usage_case usage_cases[] = {
+    {"frobnicate", "unknown command 'frobnicate'"},
+    {"", "usage"},
+    {"ls --bogus", "unknown option '--bogus'"},
+    {"--cache", "needs a value"},
+    {"ls extra", "unexpected argument 'extra'"},
+    {"show", "missing KEY"},
+    {"dump", "missing KEY"},
+    {"preheat --dtype fp32", "bf16"},
+    {"preheat --mask diagonal", "causal_br"},
+    {"preheat --layout sbhd", "thd"},
+    {"preheat --lse sparse", "strided"},
+    {"preheat --head-dim 64,abc", "integers"},
+    {"preheat --deterministic 2", "0 to 1"},
+    {"preheat --even 0,1,7", "0 to 1"},
+    {"preheat -j 0", "thread count"},
+    {"preheat --arch", "needs a value"},
+    {"prune", "--max-bytes or --older-than"},
+    {"prune --max-bytes 12Q", "--max-bytes '12Q'"},
+    {"prune --max-bytes -5", "--max-bytes '-5'"},
+    {"prune --older-than 3w", "--older-than '3w'"},
+};
+
+START_TEST(test_usage_errors_exit_2) {
+  for (size_t i = 0; i < sizeof usage_cases / sizeof usage_cases[0]; i++) {
+    const usage_case *u = &usage_cases[i];
+    run_result r = run_cli(test_dir, "--cache '%s' %s", cache_db, u->args);
+    ck_assert_msg(r.status == 2, "'%s' exited %d (want 2); stderr: %s",
+                  u->args, r.status, r.err);
+    ck_assert_msg(strstr(r.err, u->stderr_mentions),
+                  "'%s': stderr lacks '%s': %s", u->args, u->stderr_mentions,
+                  r.err);
+    ck_assert_msg(r.out[0] == '\0', "'%s' printed on stdout: %s", u->args,
+                  r.out);
+    run_result_free(&r);
+  }
+  /* Nothing above may have created the cache. */
+  struct stat st;
+  ck_assert_msg(stat(cache_db, &st) != 0,
+                "a usage error created the cache file");
+}
+END_TEST
+
+/* dump refuses to write a binary to a terminal, and says to use -o. */
+START_TEST(test_dump_refuses_a_terminal) {
+  int master = posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0) {
+    printf("skipped test_dump_refuses_a_terminal: no pseudo terminal\n");
+    return;
+  }
+  ck_assert_int_eq(grantpt(master), 0);
+  ck_assert_int_eq(unlockpt(master), 0);
+  const char *slave_name = ptsname(master);
+  ck_assert_ptr_nonnull(slave_name);
+  char err_path[1024];
+  snprintf(err_path, sizeof err_path, "%s/dump.err", test_dir);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int slave = open(slave_name, O_RDWR | O_NOCTTY);
+    int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (slave < 0 || err < 0) _exit(99);
+    dup2(slave, STDOUT_FILENO);
+    dup2(err, STDERR_FILENO);
+    execl(cli_binary(), "sdpa-jit", "--cache", cache_db, "dump", "abcdef12",
+          (char *)NULL);
+    _exit(98);
+  }
+  int status = 0;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  close(master);
+  ck_assert(WIFEXITED(status));
+  ck_assert_int_eq(WEXITSTATUS(status), 2);
+  char *err = read_all(err_path, NULL);
+  ck_assert_msg(strstr(err, "terminal") && strstr(err, "-o"),
+                "dump on a terminal: %s", err);
+  free(err);
+}
+END_TEST
+
+/* ------------------------------------------------ an empty cache */
+
+START_TEST(test_path_and_global_options) {
+  run_result r = run_cli(test_dir, "--cache '%s' path", cache_db);
+  ck_assert_msg(r.status == 0, "path: %s", r.err);
+  char line[1200];
+  ck_assert_str_eq(last_line(r.out, line, sizeof line), cache_db);
+  run_result_free(&r);
+
+  /* A global option after the command means the same. */
+  r = run_cli(test_dir, "path --cache '%s'", cache_db);
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_str_eq(last_line(r.out, line, sizeof line), cache_db);
+  run_result_free(&r);
+
+  /* Without --cache the runtime's default ($SDPA_JIT_CACHE) applies. */
+  r = run_cli(test_dir, "path");
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_str_eq(last_line(r.out, line, sizeof line),
+                   getenv("SDPA_JIT_CACHE"));
+  run_result_free(&r);
+
+  r = run_cli(test_dir, "--no-disk path");
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_str_eq(last_line(r.out, line, sizeof line), "(memory)");
+  run_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_empty_cache) {
+  run_result r = run_cli(test_dir, "--cache '%s' ls --json", cache_db);
+  ck_assert_msg(r.status == 0, "ls --json: %s", r.err);
+  char line[1200];
+  ck_assert_str_eq(last_line(r.out, line, sizeof line), "[]");
+  run_result_free(&r);
+
+  r = run_cli(test_dir, "--cache '%s' stats --json", cache_db);
+  ck_assert_msg(r.status == 0, "stats --json: %s", r.err);
+  long long entries = -1;
+  ck_assert_int_eq(json_int_field(r.out, "entries", &entries), 0);
+  ck_assert_int_eq(entries, 0);
+  run_result_free(&r);
+
+  r = run_cli(test_dir, "--cache '%s' verify", cache_db);
+  ck_assert_msg(r.status == 0, "verify: %s", r.err);
+  ck_assert_str_eq(last_line(r.out, line, sizeof line),
+                   "checked 0, removed 0");
+  run_result_free(&r);
+
+  r = run_cli(test_dir, "--cache '%s' prune --older-than 1d", cache_db);
+  ck_assert_msg(r.status == 0, "prune: %s", r.err);
+  ck_assert_str_eq(last_line(r.out, line, sizeof line), "removed 0");
+  run_result_free(&r);
+
+  /* An unknown key is a failure (1) with a message, not a usage error. */
+  r = run_cli(test_dir, "--cache '%s' show 0123456789abcdef", cache_db);
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_msg(strstr(r.err, "sdpa-jit show") &&
+                    strstr(r.err, "0123456789abcdef"),
+                "show of an unknown key: %s", r.err);
+  ck_assert_str_eq(r.out, "");
+  run_result_free(&r);
+
+  r = run_cli(test_dir, "--cache '%s' dump 0123456789abcdef -o '%s/x.cubin'",
+              cache_db, test_dir);
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_msg(strstr(r.err, "sdpa-jit dump"), "dump: %s", r.err);
+  run_result_free(&r);
+}
+END_TEST
+
+/* ------------------------------------------------ preheat and its row */
+
+#define ONE_KEY \
+  "--arch 80 --dtype bf16 --head-dim 128 --mask none --layout bshd"
+
+START_TEST(test_preheat_lifecycle) {
+  char line[1200];
+
+  /* 1. First preheat compiles the key. */
+  run_result r =
+      run_cli(test_dir, "preheat " ONE_KEY " -j 2 --cache '%s'", cache_db);
+  ck_assert_msg(r.status == 0, "first preheat exited %d:\n%s", r.status,
+                r.err);
+  ck_assert_str_eq(last_line(r.out, line, sizeof line),
+                   "compiled 1, cached 0, failed 0");
+  ck_assert_msg(strstr(r.err, "[1/1] compiled ") && strstr(r.err, "arch=80"),
+                "no progress line on stderr: %s", r.err);
+  run_result_free(&r);
+
+  /* 2. A second identical run finds it on disk. */
+  r = run_cli(test_dir, "--cache '%s' preheat " ONE_KEY " -j 2", cache_db);
+  ck_assert_msg(r.status == 0, "second preheat exited %d:\n%s", r.status,
+                r.err);
+  ck_assert_str_eq(last_line(r.out, line, sizeof line),
+                   "compiled 0, cached 1, failed 0");
+  run_result_free(&r);
+
+  /* 3. The row is there for the sqlite3 shell. */
+  char *rows =
+      sqlite_query(cache_db, "select count(*), min(arch) from kernels");
+  ck_assert_str_eq(rows, "1|80");
+  free(rows);
+
+  /* 4. ls --json lists it with its fields. */
+  r = run_cli(test_dir, "--cache '%s' ls --json", cache_db);
+  ck_assert_msg(r.status == 0, "ls --json: %s", r.err);
+  ck_assert_msg(r.out[0] == '[', "ls --json is not an array: %s", r.out);
+  char hash[64], key_text[512], dtype[16];
+  long long cubin_bytes = 0, arch = 0, head_dim = 0;
+  ck_assert_int_eq(json_string_field(r.out, "key_hash", hash, sizeof hash), 0);
+  ck_assert_int_eq(strlen(hash), 32);
+  ck_assert_int_eq(
+      json_string_field(r.out, "key_text", key_text, sizeof key_text), 0);
+  ck_assert_int_eq(json_string_field(r.out, "dtype", dtype, sizeof dtype), 0);
+  ck_assert_str_eq(dtype, "bf16");
+  ck_assert_int_eq(json_int_field(r.out, "arch", &arch), 0);
+  ck_assert_int_eq(arch, 80);
+  ck_assert_int_eq(json_int_field(r.out, "head_dim", &head_dim), 0);
+  ck_assert_int_eq(head_dim, 128);
+  ck_assert_int_eq(json_int_field(r.out, "cubin_bytes", &cubin_bytes), 0);
+  ck_assert_int_gt(cubin_bytes, 0);
+  ck_assert_msg(strstr(r.out, "\"readonly\":false"), "ls --json: %s", r.out);
+  run_result_free(&r);
+
+  /* ... and the table shows its 12-digit hash prefix on one row. */
+  r = run_cli(test_dir, "--cache '%s' ls", cache_db);
+  ck_assert_msg(r.status == 0, "ls: %s", r.err);
+  char prefix[16];
+  snprintf(prefix, sizeof prefix, "%.12s ", hash);
+  const char *row = strstr(r.out, prefix);
+  ck_assert_msg(row && strstr(row, "bf16") && strstr(row, "128/128") &&
+                    strstr(row, "bshd"),
+                "ls: %s", r.out);
+  run_result_free(&r);
+
+  /* 5. preheat --json reports the same key as cached, then a summary. */
+  r = run_cli(test_dir, "--cache '%s' preheat " ONE_KEY " --json", cache_db);
+  ck_assert_msg(r.status == 0, "preheat --json: %s", r.err);
+  char wanted[128];
+  snprintf(wanted, sizeof wanted, "\"hash\":\"%s\"", hash);
+  ck_assert_msg(strstr(r.out, wanted) && strstr(r.out, "\"status\":\"cached\""),
+                "preheat --json: %s", r.out);
+  const char *summary = "{\"compiled\":0,\"cached\":1,\"failed\":0,";
+  last_line(r.out, line, sizeof line);
+  ck_assert_msg(strncmp(line, summary, strlen(summary)) == 0,
+                "preheat --json summary: %s", line);
+  run_result_free(&r);
+
+  /* 6. show finds it by hash prefix and by key text. */
+  r = run_cli(test_dir, "--cache '%s' show %.12s", cache_db, hash);
+  ck_assert_msg(r.status == 0, "show prefix: %s", r.err);
+  ck_assert_msg(strstr(r.out, hash) && strstr(r.out, cache_db),
+                "show prints the hash and the cache path: %s", r.out);
+  run_result_free(&r);
+  r = run_cli(test_dir, "--cache '%s' show '%s'", cache_db, key_text);
+  ck_assert_msg(r.status == 0, "show key text: %s", r.err);
+  ck_assert_msg(strstr(r.out, hash), "show by key text: %s", r.out);
+  run_result_free(&r);
+
+  /* 7. dump writes the ELF cubin, as many bytes as the row says. */
+  char cubin_path[1200];
+  snprintf(cubin_path, sizeof cubin_path, "%s/k.cubin", test_dir);
+  r = run_cli(test_dir, "--cache '%s' dump %.10s -o '%s'", cache_db, hash,
+              cubin_path);
+  ck_assert_msg(r.status == 0, "dump: %s", r.err);
+  run_result_free(&r);
+  size_t size = 0;
+  char *cubin = read_all(cubin_path, &size);
+  ck_assert_int_eq((long long)size, cubin_bytes);
+  ck_assert_msg(size >= 4 && (unsigned char)cubin[0] == 0x7f &&
+                    cubin[1] == 'E' && cubin[2] == 'L' && cubin[3] == 'F',
+                "the dumped cubin is not ELF");
+  free(cubin);
+
+  /* 8. stats counts it. */
+  r = run_cli(test_dir, "--cache '%s' stats --json", cache_db);
+  ck_assert_msg(r.status == 0, "stats: %s", r.err);
+  long long entries = 0, stat_bytes = 0;
+  ck_assert_int_eq(json_int_field(r.out, "entries", &entries), 0);
+  ck_assert_int_eq(entries, 1);
+  ck_assert_int_eq(json_int_field(r.out, "cubin_bytes", &stat_bytes), 0);
+  ck_assert_int_eq(stat_bytes, cubin_bytes);
+  run_result_free(&r);
+
+  /* 9. Shipped: the same file given as --readonly serves another cache,
+   * and its entry is listed as read-only. */
+  char other_db[1200];
+  snprintf(other_db, sizeof other_db, "%s/other.sqlite", test_dir);
+  r = run_cli(test_dir, "--cache '%s' --readonly '%s' preheat " ONE_KEY,
+              other_db, cache_db);
+  ck_assert_msg(r.status == 0, "preheat with --readonly: %s", r.err);
+  ck_assert_str_eq(last_line(r.out, line, sizeof line),
+                   "compiled 0, cached 1, failed 0");
+  ck_assert_msg(strstr(r.err, "(shipped)"), "not from the shipped file: %s",
+                r.err);
+  run_result_free(&r);
+  r = run_cli(test_dir, "ls --json --cache '%s' --readonly '%s'", other_db,
+              cache_db);
+  ck_assert_msg(r.status == 0, "ls with --readonly: %s", r.err);
+  ck_assert_msg(strstr(r.out, hash) && strstr(r.out, "\"readonly\":true"),
+                "ls --json with --readonly: %s", r.out);
+  run_result_free(&r);
+
+  /* 10. An unknown key is a failure with a message. */
+  r = run_cli(test_dir, "--cache '%s' show ffffffffffff", cache_db);
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_msg(strlen(r.err) > 0, "show of an unknown key said nothing");
+  run_result_free(&r);
+
+  /* 11. prune --max-bytes 0 removes it. */
+  r = run_cli(test_dir, "--cache '%s' prune --max-bytes 0", cache_db);
+  ck_assert_msg(r.status == 0, "prune: %s", r.err);
+  ck_assert_str_eq(last_line(r.out, line, sizeof line), "removed 1");
+  run_result_free(&r);
+  rows = sqlite_query(cache_db, "select count(*) from kernels");
+  ck_assert_str_eq(rows, "0");
+  free(rows);
+  r = run_cli(test_dir, "--cache '%s' ls --json", cache_db);
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_str_eq(last_line(r.out, line, sizeof line), "[]");
+  run_result_free(&r);
+}
+END_TEST
+
+static Suite *cli_suite(void) {
+  Suite *s = suite_create("cli");
+  TCase *usage = tcase_create("usage");
+  tcase_add_checked_fixture(usage, setup, teardown);
+  tcase_add_test(usage, test_help_of_every_command);
+  tcase_add_test(usage, test_version);
+  tcase_add_test(usage, test_usage_errors_exit_2);
+  tcase_add_test(usage, test_dump_refuses_a_terminal);
+  suite_add_tcase(s, usage);
+
+  TCase *empty = tcase_create("empty cache");
+  tcase_add_checked_fixture(empty, setup, teardown);
+  tcase_set_timeout(empty, 60);
+  tcase_add_test(empty, test_path_and_global_options);
+  tcase_add_test(empty, test_empty_cache);
+  suite_add_tcase(s, empty);
+
+  TCase *preheat = tcase_create("preheat");
+  tcase_add_checked_fixture(preheat, setup, teardown);
+  tcase_set_timeout(preheat, 900); /* NVRTC compiles one kernel */
+  tcase_add_test(preheat, test_preheat_lifecycle);
+  suite_add_tcase(s, preheat);
+  return s;
+}
+
+int main(void) { return sdpa_test_run(cli_suite()); }

@@ -1,0 +1,649 @@
+/*
+ * test_cpu_plan.c — descriptor validation, defaults and workspace sizing.
+ *
+ * Every rule sdpa_bwd_plan_create enforces has a test that breaks it and
+ * checks the status and that the message names the field (the user of a
+ * framework sees nothing but that message). Then the defaults a valid
+ * descriptor gets (packed strides, head_dim_v, scale, THD totals) and the
+ * workspace formula, recomputed here from the plan's tiles.
+ *
+ * Needs no GPU: the runtime's arch option is 90.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "driver.h"
+#include "plan.h"
+#include "sdpa_jit.h"
+
+static sdpa_runtime *rt;
+
+static void open_runtime(void) {
+  sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
+  opts.disable_disk_cache = 1;
+  opts.arch = 90;
+  ck_assert_int_eq(sdpa_runtime_create(&rt, &opts), SDPA_STATUS_SUCCESS);
+}
+
+static void close_runtime(void) {
+  sdpa_runtime_destroy(rt);
+  rt = NULL;
+}
+
+/* fp16 BSHD 2 x 256 x 8 x 64 */
+static sdpa_bwd_desc good(void) {
+  sdpa_bwd_desc d;
+  memset(&d, 0, sizeof d);
+  d.version = SDPA_BWD_DESC_VERSION;
+  d.dtype = SDPA_DTYPE_FP16;
+  d.layout = SDPA_LAYOUT_BSHD;
+  d.batch = 2;
+  d.heads_q = 8;
+  d.heads_kv = 8;
+  d.seqlen_q = 256;
+  d.seqlen_kv = 256;
+  d.head_dim = 64;
+  return d;
+}
+
+/* Creates a plan from `d` expecting `status` and every substring of the
+ * NULL-terminated list `subs` in sdpa_last_error(). */
+static void expect(const sdpa_bwd_desc *d, sdpa_status status,
+                   const char *const *subs) {
+  /* not NULL: a failing create must reset it */
+  sdpa_bwd_plan *plan = (sdpa_bwd_plan *)(uintptr_t)16;
+  sdpa_status st = sdpa_bwd_plan_create(&plan, rt, d);
+  ck_assert_msg(st == status, "expected %s, got %s (%s)",
+                sdpa_status_name(status), sdpa_status_name(st),
+                sdpa_last_error());
+  if (status != SDPA_STATUS_SUCCESS) {
+    ck_assert_ptr_null(plan);
+    for (int i = 0; subs[i]; i++)
+      ck_assert_msg(strstr(sdpa_last_error(), subs[i]) != NULL,
+                    "message \"%s\" lacks \"%s\"", sdpa_last_error(), subs[i]);
+  } else {
+    sdpa_bwd_plan_destroy(plan);
+  }
+}
+
+#define REJECT(d, st, ...)                                                    \
+  expect(&(d), SDPA_STATUS_##st, (const char *const[]){__VA_ARGS__, NULL})
+
+static sdpa_bwd_plan *make(const sdpa_bwd_desc *d) {
+  sdpa_bwd_plan *plan = NULL;
+  sdpa_status st = sdpa_bwd_plan_create(&plan, rt, d);
+  ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan_create: %s: %s",
+                sdpa_status_name(st), sdpa_last_error());
+  return plan;
+}
+
+START_TEST(null_arguments) {
+  sdpa_bwd_desc d = good();
+  sdpa_bwd_plan *plan = NULL;
+  ck_assert_int_eq(sdpa_bwd_plan_create(NULL, rt, &d),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "out is NULL"));
+  ck_assert_int_eq(sdpa_bwd_plan_create(&plan, NULL, &d),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "runtime is NULL"));
+  ck_assert_ptr_null(plan);
+  ck_assert_int_eq(sdpa_bwd_plan_create(&plan, rt, NULL),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "desc is NULL"));
+  ck_assert_ptr_null(plan);
+  /* the accessors and destroy accept NULL */
+  sdpa_bwd_plan_destroy(NULL);
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(NULL), 0);
+  ck_assert_str_eq(sdpa_bwd_plan_key(NULL), "");
+  ck_assert_str_eq(sdpa_bwd_plan_key_hash(NULL), "");
+  ck_assert_str_eq(sdpa_bwd_plan_compile_log(NULL), "");
+}
+END_TEST
+
+START_TEST(version) {
+  sdpa_bwd_desc d = good();
+  d.version = 0;
+  REJECT(d, INVALID_ARGUMENT, "desc.version = 0", "SDPA_BWD_DESC_INIT");
+  d.version = SDPA_BWD_DESC_VERSION + 1;
+  REJECT(d, INVALID_ARGUMENT, "desc.version");
+}
+END_TEST
+
+START_TEST(dtype_and_layout) {
+  sdpa_bwd_desc d = good();
+  d.dtype = (sdpa_dtype)0;
+  REJECT(d, INVALID_ARGUMENT, "desc.dtype = 0", "SDPA_DTYPE_FP16");
+  d.dtype = (sdpa_dtype)3;
+  REJECT(d, INVALID_ARGUMENT, "desc.dtype = 3");
+  d = good();
+  d.layout = (sdpa_layout)0;
+  REJECT(d, INVALID_ARGUMENT, "desc.layout = 0", "SDPA_LAYOUT_THD");
+  d.layout = (sdpa_layout)7;
+  REJECT(d, INVALID_ARGUMENT, "desc.layout = 7");
+}
+END_TEST
+
+START_TEST(dims_below_one) {
+  const char *names[] = {"batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv"};
+  for (int i = 0; i < 5; i++) {
+    for (int value = 0; value >= -1; value--) {
+      sdpa_bwd_desc d = good();
+      int *field[] = {&d.batch, &d.heads_q, &d.heads_kv, &d.seqlen_q,
+                      &d.seqlen_kv};
+      *field[i] = value;
+      char text[64];
+      snprintf(text, sizeof text, "desc.%s = %d is out of range", names[i],
+               value);
+      REJECT(d, INVALID_ARGUMENT, text, "between 1 and");
+    }
+  }
+}
+END_TEST
+
+START_TEST(dims_above_limits) {
+  sdpa_bwd_desc d = good();
+  d.batch = (1 << 24) + 1;
+  REJECT(d, INVALID_ARGUMENT, "desc.batch = 16777217", "16777216");
+  d = good();
+  d.heads_q = d.heads_kv = (1 << 16) + 1;
+  REJECT(d, INVALID_ARGUMENT, "desc.heads_q", "65536");
+  d = good();
+  d.seqlen_kv = (1 << 30) + 1;
+  REJECT(d, INVALID_ARGUMENT, "desc.seqlen_kv", "1073741824");
+  d = good();
+  d.seqlen_q = INT32_MAX;
+  REJECT(d, INVALID_ARGUMENT, "desc.seqlen_q");
+}
+END_TEST
+
+/* Each dimension within its limit, together too large for int64 offsets. */
+START_TEST(dims_overflow_offsets) {
+  sdpa_bwd_desc d = good();
+  d.batch = 1 << 24;
+  d.seqlen_q = 1 << 30;
+  d.heads_q = d.heads_kv = 1 << 16;
+  d.head_dim = 256;
+  REJECT(d, INVALID_ARGUMENT, "desc.q strides", "packed default", "int64");
+}
+END_TEST
+
+START_TEST(strides_overflow) {
+  const int64_t huge = INT64_MAX / 2 / 8 * 8;
+  sdpa_bwd_desc d = good();
+  d.k.batch = huge;
+  d.k.seq = 8 * 64;
+  d.k.head = 64;
+  REJECT(d, INVALID_ARGUMENT, "desc.k strides", "overflow", "int64");
+  d = good();
+  d.batch = 1;
+  d.dv.seq = huge;
+  d.dv.head = 64;
+  d.dv.batch = 0;
+  REJECT(d, INVALID_ARGUMENT, "desc.dv strides", "overflow");
+  /* one huge stride with a single row is fine: offset 0 * stride */
+  d = good();
+  d.batch = 1;
+  d.q.batch = huge;
+  d.q.seq = 512;
+  d.q.head = 64;
+  sdpa_bwd_plan_destroy(make(&d));
+  d = good();
+  d.lse.batch = huge;
+  d.lse.head = 256;
+  d.lse.seq = 1;
+  REJECT(d, INVALID_ARGUMENT, "desc.lse strides", "overflow");
+}
+END_TEST
+
+START_TEST(heads_not_multiple) {
+  sdpa_bwd_desc d = good();
+  d.heads_q = 12;
+  d.heads_kv = 5;
+  REJECT(d, INVALID_ARGUMENT, "heads_q 12 is not a multiple of heads_kv 5");
+  d.heads_kv = 24;
+  REJECT(d, INVALID_ARGUMENT, "heads_q 12 is not a multiple of heads_kv 24");
+}
+END_TEST
+
+START_TEST(head_dim_unsupported) {
+  sdpa_bwd_desc d = good();
+  d.head_dim = 80;
+  REJECT(d, INVALID_ARGUMENT,
+         "desc.head_dim = 80 is not supported: supported are 32, 64, 96, "
+         "128, 192, 256");
+  d.head_dim = 0;
+  REJECT(d, INVALID_ARGUMENT, "desc.head_dim = 0 is not supported");
+  d = good();
+  d.head_dim_v = 48;
+  REJECT(d, INVALID_ARGUMENT, "desc.head_dim_v = 48 is not supported");
+}
+END_TEST
+
+START_TEST(head_dim_v_above_head_dim) {
+  sdpa_bwd_desc d = good();
+  d.head_dim = 64;
+  d.head_dim_v = 128;
+  REJECT(d, INVALID_ARGUMENT, "desc.head_dim_v = 128",
+         "must be <= head_dim");
+}
+END_TEST
+
+START_TEST(stride_not_multiple_of_8) {
+  sdpa_bwd_desc d = good();
+  d.q.batch = 256 * 8 * 64;
+  d.q.seq = 8 * 64 + 4;
+  d.q.head = 64;
+  REJECT(d, INVALID_ARGUMENT, "desc.q.seq = 516", "multiple of 8",
+         "16-byte");
+  d = good();
+  d.dout.batch = 256 * 8 * 64 + 1;
+  d.dout.seq = 512;
+  d.dout.head = 64;
+  REJECT(d, INVALID_ARGUMENT, "desc.dout.batch", "multiple of 8");
+  d = good();
+  d.dk.batch = 256 * 8 * 64;
+  d.dk.seq = 512;
+  d.dk.head = 66;
+  REJECT(d, INVALID_ARGUMENT, "desc.dk.head = 66", "multiple of 8");
+}
+END_TEST
+
+START_TEST(negative_or_zero_strides) {
+  sdpa_bwd_desc d = good();
+  d.k.batch = 256 * 512;
+  d.k.seq = 512;
+  d.k.head = -8;
+  REJECT(d, INVALID_ARGUMENT, "desc.k.head = -8", ">= 1");
+  d = good();
+  d.v.batch = -8;
+  d.v.seq = 512;
+  d.v.head = 64;
+  REJECT(d, INVALID_ARGUMENT, "desc.v.batch = -8");
+  d = good();
+  d.o.batch = 256 * 512;
+  d.o.seq = 0;
+  d.o.head = 64;
+  REJECT(d, INVALID_ARGUMENT, "desc.o.seq = 0", ">= 1");
+  /* BSHD batch stride 0 with batch > 1 would alias the sequences */
+  d = good();
+  d.dq.batch = 0;
+  d.dq.seq = 512;
+  d.dq.head = 64;
+  REJECT(d, INVALID_ARGUMENT, "desc.dq.batch = 0", "desc.batch > 1");
+  /* ... and is fine for one sequence (a broadcast-free view) */
+  d.batch = 1;
+  sdpa_bwd_plan_destroy(make(&d));
+  /* LSE strides */
+  d = good();
+  d.lse.batch = 2048;
+  d.lse.head = 256;
+  d.lse.seq = 0;
+  REJECT(d, INVALID_ARGUMENT, "desc.lse.seq = 0", ">= 1");
+  d.lse.seq = 1;
+  d.lse.head = -1;
+  REJECT(d, INVALID_ARGUMENT, "desc.lse.head = -1");
+  d.lse.head = 256;
+  d.lse.batch = -2048;
+  REJECT(d, INVALID_ARGUMENT, "desc.lse.batch = -2048");
+}
+END_TEST
+
+START_TEST(mask_and_window) {
+  sdpa_bwd_desc d = good();
+  d.mask = (sdpa_mask)4;
+  REJECT(d, INVALID_ARGUMENT, "desc.mask = 4", "SDPA_MASK_SLIDING_WINDOW");
+  d.mask = (sdpa_mask)-1;
+  REJECT(d, INVALID_ARGUMENT, "desc.mask = -1");
+  d = good();
+  d.mask = SDPA_MASK_SLIDING_WINDOW;
+  d.window_left = -2;
+  d.window_right = 0;
+  REJECT(d, INVALID_ARGUMENT, "desc.window_left = -2", "-1 for unbounded");
+  d.window_left = -1;
+  d.window_right = -7;
+  REJECT(d, INVALID_ARGUMENT, "desc.window_right = -7");
+  d.window_right = 16;
+  sdpa_bwd_plan *plan = make(&d);
+  ck_assert_int_eq(plan->desc.window_left, -1);
+  ck_assert_int_eq(plan->desc.window_right, 16);
+  sdpa_bwd_plan_destroy(plan);
+  /* other masks ignore the window fields */
+  d.mask = SDPA_MASK_CAUSAL_TOP_LEFT;
+  d.window_left = -50;
+  plan = make(&d);
+  ck_assert_int_eq(plan->desc.window_left, -1);
+  ck_assert_int_eq(plan->desc.window_right, -1);
+  sdpa_bwd_plan_destroy(plan);
+}
+END_TEST
+
+START_TEST(scale_not_finite) {
+  sdpa_bwd_desc d = good();
+  d.scale = NAN;
+  REJECT(d, INVALID_ARGUMENT, "desc.scale", "finite");
+  d.scale = INFINITY;
+  REJECT(d, INVALID_ARGUMENT, "desc.scale = inf");
+  d.scale = -INFINITY;
+  REJECT(d, INVALID_ARGUMENT, "desc.scale");
+}
+END_TEST
+
+START_TEST(arch_unsupported) {
+  sdpa_bwd_desc d = good();
+  d.arch = 75;
+  REJECT(d, NOT_SUPPORTED, "desc.arch = 75", "sm_75 and older are not supported");
+  d.arch = 70;
+  REJECT(d, NOT_SUPPORTED, "sm_75 and older are not supported");
+  d.arch = 85;
+  REJECT(d, NOT_SUPPORTED, "desc.arch = 85", "NVRTC", "80");
+  d.arch = -3;
+  REJECT(d, INVALID_ARGUMENT, "desc.arch = -3");
+  /* the runtime's arch option goes through the same checks */
+  sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
+  opts.disable_disk_cache = 1;
+  opts.arch = 75;
+  sdpa_runtime *old = rt, *r75 = NULL;
+  ck_assert_int_eq(sdpa_runtime_create(&r75, &opts), SDPA_STATUS_SUCCESS);
+  rt = r75;
+  d.arch = 0;
+  REJECT(d, NOT_SUPPORTED, "runtime option arch = 75", "sm_75 and older");
+  rt = old;
+  sdpa_runtime_destroy(r75);
+  /* every arch NVRTC knows from 80 up is accepted */
+  int archs[] = {80, 86, 89, 90, 100, 120};
+  for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+    d.arch = archs[i];
+    sdpa_bwd_plan *plan = make(&d);
+    ck_assert_int_eq(plan->fields.arch, archs[i]);
+    sdpa_bwd_plan_destroy(plan);
+  }
+}
+END_TEST
+
+/* No arch anywhere: NO_DEVICE, after every other field was checked. */
+START_TEST(arch_missing_without_gpu) {
+  if (sdpa_driver_get(NULL) == SDPA_STATUS_SUCCESS) return; /* has a GPU */
+  sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
+  opts.disable_disk_cache = 1;
+  sdpa_runtime *bare = NULL, *old = rt;
+  ck_assert_int_eq(sdpa_runtime_create(&bare, &opts), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(sdpa_runtime_arch(bare), 0);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "no GPU found"));
+  rt = bare;
+  sdpa_bwd_desc d = good();
+  REJECT(d, NO_DEVICE,
+         "no GPU found: set desc.arch or the runtime option arch");
+  d.head_dim = 80; /* a bad field is still reported first */
+  REJECT(d, INVALID_ARGUMENT, "desc.head_dim = 80");
+  rt = old;
+  sdpa_runtime_destroy(bare);
+}
+END_TEST
+
+START_TEST(thd_totals) {
+  sdpa_bwd_desc d = good();
+  d.layout = SDPA_LAYOUT_THD;
+  d.max_total_q = -1;
+  REJECT(d, INVALID_ARGUMENT, "desc.max_total_q = -1", "between 1 and");
+  d.max_total_q = 0;
+  d.max_total_kv = -100;
+  REJECT(d, INVALID_ARGUMENT, "desc.max_total_kv = -100");
+  d.max_total_kv = (int64_t)INT32_MAX + 1;
+  REJECT(d, INVALID_ARGUMENT, "desc.max_total_kv = 2147483648", "int32");
+  /* the default batch x max_s can be too large for int32 offsets */
+  d = good();
+  d.layout = SDPA_LAYOUT_THD;
+  d.batch = 1 << 20;
+  d.seqlen_q = 1 << 20;
+  REJECT(d, INVALID_ARGUMENT, "desc.max_total_q", "default batch x max_s");
+  /* the default */
+  d = good();
+  d.layout = SDPA_LAYOUT_THD;
+  d.batch = 3;
+  d.seqlen_q = 100;
+  d.seqlen_kv = 50;
+  sdpa_bwd_plan *plan = make(&d);
+  ck_assert_int_eq(plan->desc.max_total_q, 300);
+  ck_assert_int_eq(plan->desc.max_total_kv, 150);
+  ck_assert_int_eq(plan->rows_q, 300);
+  ck_assert_int_eq(plan->rows_kv, 150);
+  sdpa_bwd_plan_destroy(plan);
+}
+END_TEST
+
+START_TEST(defaults_resolved) {
+  sdpa_bwd_desc d = good();
+  d.head_dim = 128;
+  d.deterministic = 5;
+  sdpa_bwd_plan *plan = make(&d);
+  ck_assert_int_eq(plan->desc.head_dim_v, 128);
+  ck_assert_float_eq_tol(plan->desc.scale, 1.0f / sqrtf(128.0f), 1e-7f);
+  ck_assert_int_eq(plan->desc.deterministic, 1);
+  ck_assert_int_eq(plan->fields.deterministic, 1);
+  ck_assert_int_eq(plan->desc.arch, 90); /* from the runtime option */
+  ck_assert_int_eq(plan->fields.arch, 90);
+  sdpa_bwd_plan_destroy(plan);
+  d.scale = -0.5f; /* any finite scale is kept */
+  plan = make(&d);
+  ck_assert_float_eq(plan->desc.scale, -0.5f);
+  sdpa_bwd_plan_destroy(plan);
+}
+END_TEST
+
+START_TEST(packed_strides_bshd) {
+  sdpa_bwd_desc d = good();
+  d.seqlen_q = 100;
+  d.seqlen_kv = 300;
+  d.heads_q = 12;
+  d.heads_kv = 4;
+  d.head_dim = 128;
+  d.head_dim_v = 64;
+  sdpa_bwd_plan *plan = make(&d);
+  const sdpa_bwd_desc *r = &plan->desc;
+  struct { const sdpa_strides *s; int64_t S, H, D; } t[] = {
+      {&r->q, 100, 12, 128},  {&r->k, 300, 4, 128},  {&r->v, 300, 4, 64},
+      {&r->o, 100, 12, 64},   {&r->dout, 100, 12, 64}, {&r->dq, 100, 12, 128},
+      {&r->dk, 300, 4, 128},  {&r->dv, 300, 4, 64}};
+  for (int i = 0; i < 8; i++) {
+    ck_assert_int_eq(t[i].s->head, t[i].D);
+    ck_assert_int_eq(t[i].s->seq, t[i].H * t[i].D);
+    ck_assert_int_eq(t[i].s->batch, t[i].S * t[i].H * t[i].D);
+  }
+  ck_assert_int_eq(r->lse.seq, 1);
+  ck_assert_int_eq(r->lse.head, 100);
+  ck_assert_int_eq(r->lse.batch, 12 * 100);
+  ck_assert_int_eq(plan->fields.lse_packed, 1);
+  sdpa_bwd_plan_destroy(plan);
+
+  /* declared strides are kept; a strided LSE is its own key class */
+  d.q.batch = 1 << 20;
+  d.q.seq = 4096;
+  d.q.head = 256;
+  d.lse.batch = 1;
+  d.lse.head = 2;
+  d.lse.seq = 24;
+  plan = make(&d);
+  ck_assert_int_eq(plan->desc.q.batch, 1 << 20);
+  ck_assert_int_eq(plan->desc.q.seq, 4096);
+  ck_assert_int_eq(plan->desc.q.head, 256);
+  ck_assert_int_eq(plan->desc.lse.seq, 24);
+  ck_assert_int_eq(plan->fields.lse_packed, 0);
+  sdpa_bwd_plan_destroy(plan);
+}
+END_TEST
+
+START_TEST(packed_strides_thd) {
+  sdpa_bwd_desc d = good();
+  d.layout = SDPA_LAYOUT_THD;
+  d.heads_q = 6;
+  d.heads_kv = 2;
+  d.head_dim = 96;
+  d.max_total_q = 1000;
+  d.max_total_kv = 2000;
+  sdpa_bwd_plan *plan = make(&d);
+  const sdpa_bwd_desc *r = &plan->desc;
+  ck_assert_int_eq(r->q.head, 96);
+  ck_assert_int_eq(r->q.seq, 6 * 96);
+  ck_assert_int_eq(r->q.batch, 0);
+  ck_assert_int_eq(r->k.seq, 2 * 96);
+  ck_assert_int_eq(r->dv.seq, 2 * 96);
+  ck_assert_int_eq(r->dv.batch, 0);
+  ck_assert_int_eq(r->lse.seq, 1);
+  ck_assert_int_eq(r->lse.head, 1000);
+  ck_assert_int_eq(r->lse.batch, 0);
+  ck_assert_int_eq(plan->fields.even, 0);
+  sdpa_bwd_plan_destroy(plan);
+
+  /* a THD batch stride is ignored (set to 0), not validated */
+  d.k.batch = 3;
+  d.k.seq = 2 * 96;
+  d.k.head = 96;
+  plan = make(&d);
+  ck_assert_int_eq(plan->desc.k.batch, 0);
+  sdpa_bwd_plan_destroy(plan);
+}
+END_TEST
+
+static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+START_TEST(workspace_bshd) {
+  sdpa_bwd_desc d = good();
+  d.head_dim = 128;
+  sdpa_bwd_plan *plan = make(&d);
+  size_t dq = align256((size_t)2 * 256 * 8 * 128 * 4);
+  size_t delta = align256((size_t)2 * 256 * 8 * 4);
+  ck_assert_uint_eq(plan->ws_dq_accum, 0);
+  ck_assert_uint_eq(plan->ws_delta, dq);
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta);
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), 2097152 + 16384);
+  sdpa_bwd_plan_destroy(plan);
+
+  /* deterministic adds one int32 per (head, sequence, query tile) */
+  d.deterministic = 1;
+  d.batch = 3;
+  d.seqlen_q = 17;
+  d.heads_q = 3;
+  d.heads_kv = 1;
+  d.head_dim = 32;
+  plan = make(&d);
+  int qt = plan->fields.config.q_tile;
+  dq = align256((size_t)3 * 17 * 3 * 32 * 4);  /* 19584 -> 19712 */
+  delta = align256((size_t)3 * 17 * 3 * 4);    /* 612 -> 768 */
+  size_t sem = align256((size_t)3 * 3 * ((17 + qt - 1) / qt) * 4);
+  ck_assert_uint_eq(dq, 19712);
+  ck_assert_uint_eq(plan->ws_delta, dq);
+  ck_assert_uint_eq(plan->ws_semaphores, dq + delta);
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta + sem);
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan) % 256, 0);
+  sdpa_bwd_plan_destroy(plan);
+}
+END_TEST
+
+START_TEST(workspace_thd) {
+  sdpa_bwd_desc d = good();
+  d.layout = SDPA_LAYOUT_THD;
+  d.batch = 4;
+  d.heads_q = 4;
+  d.heads_kv = 2;
+  d.seqlen_q = 700;
+  d.max_total_q = 1001;
+  sdpa_bwd_plan *plan = make(&d);
+  size_t dq = align256((size_t)1001 * 4 * 64 * 4);
+  size_t delta = align256((size_t)1001 * 4 * 4);
+  ck_assert_int_eq(plan->rows_q, 1001);
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta);
+  sdpa_bwd_plan_destroy(plan);
+
+  d.deterministic = 1;
+  plan = make(&d);
+  int qt = plan->fields.config.q_tile;
+  size_t sem = align256((size_t)4 * 4 * ((700 + qt - 1) / qt) * 4);
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta + sem);
+  sdpa_bwd_plan_destroy(plan);
+}
+END_TEST
+
+START_TEST(runtime_options) {
+  sdpa_runtime_options opts;
+  ck_assert_int_eq(sdpa_runtime_options_init(&opts, SDPA_RUNTIME_OPTIONS_VERSION),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_uint_eq(opts.version, SDPA_RUNTIME_OPTIONS_VERSION);
+  ck_assert_ptr_null(opts.cache_path);
+  ck_assert_int_eq(opts.arch, 0);
+  ck_assert_int_eq(sdpa_runtime_options_init(&opts, 99),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_int_eq(sdpa_runtime_options_init(NULL, 1),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  sdpa_runtime *r = NULL;
+  opts.version = 7;
+  ck_assert_int_eq(sdpa_runtime_create(&r, &opts), SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "options.version = 7"));
+  ck_assert_ptr_null(r);
+  sdpa_runtime_options_init(&opts, SDPA_RUNTIME_OPTIONS_VERSION);
+  opts.arch = -1;
+  ck_assert_int_eq(sdpa_runtime_create(&r, &opts), SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "options.arch = -1"));
+  opts.arch = 0;
+  opts.readonly_cache_count = 2;
+  ck_assert_int_eq(sdpa_runtime_create(&r, &opts), SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "readonly_cache_paths"));
+  ck_assert_int_eq(sdpa_runtime_create(NULL, NULL), SDPA_STATUS_INVALID_ARGUMENT);
+  sdpa_runtime_destroy(NULL);
+  ck_assert_ptr_null(sdpa_runtime_cache_path(NULL));
+  ck_assert_int_eq(sdpa_runtime_arch(rt), 90);
+}
+END_TEST
+
+/* A plan keeps the runtime's arch; the desc's own arch wins. */
+START_TEST(desc_arch_overrides_runtime) {
+  sdpa_bwd_desc d = good();
+  d.arch = 80;
+  sdpa_bwd_plan *plan = make(&d);
+  ck_assert_int_eq(plan->fields.arch, 80);
+  ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), "arch=80;"));
+  ck_assert_int_le(plan->fields.config.smem_bytes, sdpa_arch_smem_limit(80));
+  sdpa_bwd_plan_destroy(plan);
+}
+END_TEST
+
+static Suite *plan_suite(void) {
+  Suite *s = suite_create("plan");
+  TCase *tc = tcase_create("validate");
+  tcase_add_checked_fixture(tc, open_runtime, close_runtime);
+  tcase_add_test(tc, null_arguments);
+  tcase_add_test(tc, version);
+  tcase_add_test(tc, dtype_and_layout);
+  tcase_add_test(tc, dims_below_one);
+  tcase_add_test(tc, dims_above_limits);
+  tcase_add_test(tc, dims_overflow_offsets);
+  tcase_add_test(tc, strides_overflow);
+  tcase_add_test(tc, heads_not_multiple);
+  tcase_add_test(tc, head_dim_unsupported);
+  tcase_add_test(tc, head_dim_v_above_head_dim);
+  tcase_add_test(tc, stride_not_multiple_of_8);
+  tcase_add_test(tc, negative_or_zero_strides);
+  tcase_add_test(tc, mask_and_window);
+  tcase_add_test(tc, scale_not_finite);
+  tcase_add_test(tc, arch_unsupported);
+  tcase_add_test(tc, arch_missing_without_gpu);
+  tcase_add_test(tc, thd_totals);
+  suite_add_tcase(s, tc);
+
+  TCase *tr = tcase_create("resolve");
+  tcase_add_checked_fixture(tr, open_runtime, close_runtime);
+  tcase_add_test(tr, defaults_resolved);
+  tcase_add_test(tr, packed_strides_bshd);
+  tcase_add_test(tr, packed_strides_thd);
+  tcase_add_test(tr, workspace_bshd);
+  tcase_add_test(tr, workspace_thd);
+  tcase_add_test(tr, runtime_options);
+  tcase_add_test(tr, desc_arch_overrides_runtime);
+  suite_add_tcase(s, tr);
+  return s;
+}
+
+int main(void) { return sdpa_test_run(plan_suite()); }

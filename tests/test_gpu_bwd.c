@@ -1,0 +1,1106 @@
+/*
+ * test_gpu_bwd.c — the backward pass on a GPU against the float64 CPU
+ * reference, through the public API only.
+ *
+ * - matrix: a fixed list covering every feature (dtypes, head dims, masks,
+ *   BSHD strides, interleaved buffers, LSE layouts, THD with empty and
+ *   unequal sequences, GQA/MQA, odd and tile-multiple lengths, seqlen 1,
+ *   many sequences, many heads, explicit scale), for fp16 and bf16;
+ * - sweep: >= 200 random descriptors from a fresh, printed seed
+ *   (SDPA_TEST_SEED reproduces one; SDPA_TEST_SWEEP_CASES changes the count);
+ * - deterministic mode gives bitwise-identical outputs run after run;
+ * - THD: one key serves many token totals with no recompile, one plan
+ *   serves many cu_seqlens; a sequence past its max_s hint is reported as
+ *   SDPA_STATUS_DEVICE_ERROR and the next good call works;
+ * - execute rejects bad arguments with a message naming the field.
+ *
+ * Each case: outputs and workspace poisoned (NaN) before the launch; pass
+ * when every relative error ||x - ref|| / ||ref|| is within the dtype's
+ * tolerance (bf16 1e-2, fp16 2e-3), nothing is NaN/inf, no padding element
+ * of an output buffer was written and no input changed. Plans are created
+ * first and their distinct keys compiled in parallel (one thread per CPU).
+ * Without a GPU: "skipped: no CUDA device", exit 77. Check runs the tests
+ * in this process (CK_FORK=no): a forked child cannot use CUDA.
+ */
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "gpu.h"
+#include "reference.h"
+
+#define TOL_BF16 1e-2
+#define TOL_FP16 2e-3
+#define MAX_SEQS 16
+#define CASE_BUDGET_MACS 5.0e7
+
+static sdpa_gpu gpu;
+static sdpa_runtime *runtime;
+
+/* ------------------------------------------------------------- summary */
+
+typedef struct class_stats {
+  sdpa_dtype dtype;
+  int head_dim, head_dim_v;
+  sdpa_mask mask;
+  sdpa_layout layout;
+  double worst[3];
+  int cases, failures;
+} class_stats;
+
+static class_stats classes[512];
+static int class_count;
+
+static void record_class(const sdpa_ref_problem *p, const double err[3], int ok) {
+  class_stats *c = NULL;
+  for (int i = 0; i < class_count; i++) {
+    class_stats *x = &classes[i];
+    if (x->dtype == p->dtype && x->head_dim == p->head_dim && x->head_dim_v == p->head_dim_v &&
+        x->mask == p->mask && x->layout == p->layout) {
+      c = x;
+      break;
+    }
+  }
+  if (!c) {
+    if (class_count == (int)(sizeof classes / sizeof classes[0])) return;
+    c = &classes[class_count++];
+    memset(c, 0, sizeof *c);
+    c->dtype = p->dtype;
+    c->head_dim = p->head_dim;
+    c->head_dim_v = p->head_dim_v;
+    c->mask = p->mask;
+    c->layout = p->layout;
+  }
+  for (int t = 0; t < 3; t++)
+    if (isnan(err[t]) || err[t] > c->worst[t]) c->worst[t] = err[t];
+  c->cases++;
+  c->failures += !ok;
+}
+
+static int class_order(const void *a, const void *b) {
+  const class_stats *x = a, *y = b;
+  if (x->dtype != y->dtype) return x->dtype - y->dtype;
+  if (x->head_dim != y->head_dim) return x->head_dim - y->head_dim;
+  if (x->head_dim_v != y->head_dim_v) return x->head_dim_v - y->head_dim_v;
+  if (x->mask != y->mask) return (int)x->mask - (int)y->mask;
+  return (int)x->layout - (int)y->layout;
+}
+
+static void print_summary(void) {
+  qsort(classes, (size_t)class_count, sizeof classes[0], class_order);
+  printf("\nworst relative error per class (tolerance bf16 %.0e, fp16 %.0e)\n", TOL_BF16, TOL_FP16);
+  printf("%-5s %-8s %-10s %-5s %6s %10s %10s %10s %s\n", "dtype", "hd", "mask", "lay", "cases",
+         "dq", "dk", "dv", "");
+  for (int i = 0; i < class_count; i++) {
+    const class_stats *c = &classes[i];
+    char hd[16];
+    snprintf(hd, sizeof hd, "%d/%d", c->head_dim, c->head_dim_v);
+    printf("%-5s %-8s %-10s %-5s %6d %10.3e %10.3e %10.3e %s\n", sdpa_ref_dtype_name(c->dtype), hd,
+           sdpa_ref_mask_name(c->mask), c->layout == SDPA_LAYOUT_THD ? "thd" : "bshd", c->cases,
+           c->worst[0], c->worst[1], c->worst[2], c->failures ? "FAILED" : "");
+  }
+  fflush(stdout);
+}
+
+/* ---------------------------------------------------------------- cases */
+
+typedef struct case_spec {
+  const char *name;
+  sdpa_layout layout;
+  int batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim, head_dim_v;
+  sdpa_mask mask;
+  int left, right;
+  float scale;
+  sdpa_ref_style style;
+  sdpa_ref_lse_style lse_style;
+  int deterministic;
+  int lens_q[MAX_SEQS], lens_kv[MAX_SEQS]; /* THD: batch entries */
+  int exact_totals; /* THD: max_total_q/kv = the totals (else default) */
+} case_spec;
+
+typedef struct test_case {
+  char label[80];
+  case_spec spec;
+  sdpa_dtype dtype;
+  uint64_t seed;
+  sdpa_ref_problem p;
+  sdpa_ref_layout l;
+  sdpa_bwd_desc desc;
+  sdpa_ref_grads ref;
+  int ready; /* problem and reference made */
+  sdpa_bwd_plan *plan;
+  int representative; /* index of the case that compiles this key */
+  sdpa_source source;
+  sdpa_status status;
+  const char *stage;
+  char message[1024];
+} test_case;
+
+static double tolerance(sdpa_dtype dtype) {
+  return dtype == SDPA_DTYPE_BF16 ? TOL_BF16 : TOL_FP16;
+}
+
+static void case_init(test_case *c, const case_spec *s, sdpa_dtype dtype, uint64_t seed,
+                      const char *label) {
+  memset(c, 0, sizeof *c);
+  c->spec = *s;
+  c->dtype = dtype;
+  c->seed = seed;
+  snprintf(c->label, sizeof c->label, "%s", label);
+  c->stage = "";
+}
+
+/* Makes the problem, its layout, descriptor and reference (thread-safe). */
+static void case_prepare(test_case *c) {
+  const case_spec *s = &c->spec;
+  sdpa_ref_problem *p = &c->p;
+  memset(p, 0, sizeof *p);
+  p->dtype = c->dtype;
+  p->layout = s->layout;
+  p->batch = s->batch;
+  p->heads_q = s->heads_q;
+  p->heads_kv = s->heads_kv;
+  p->seqlen_q = s->seqlen_q;
+  p->seqlen_kv = s->seqlen_kv;
+  p->head_dim = s->head_dim;
+  p->head_dim_v = s->head_dim_v;
+  p->mask = s->mask;
+  p->window_left = s->left;
+  p->window_right = s->right;
+  p->scale = s->scale;
+  if (sdpa_ref_problem_alloc(p, s->lens_q, s->lens_kv) != 0) {
+    c->status = SDPA_STATUS_INVALID_ARGUMENT;
+    c->stage = "reference";
+    snprintf(c->message, sizeof c->message, "reference: bad shape or out of memory");
+    return;
+  }
+  sdpa_ref_problem_fill(p, c->seed, 1);
+  sdpa_ref_layout_make(&c->l, p, s->style, s->lse_style);
+  sdpa_ref_desc(p, &c->l, &c->desc);
+  c->desc.deterministic = s->deterministic;
+  /* THD token bounds: the exact totals, or the default batch x max_s. */
+  if (p->layout == SDPA_LAYOUT_THD && s->exact_totals) {
+    c->desc.max_total_q = p->rows_q > 0 ? p->rows_q : 1;
+    c->desc.max_total_kv = p->rows_kv > 0 ? p->rows_kv : 1;
+  }
+  if (sdpa_ref_backward(p, &c->ref, 1) != 0) {
+    c->status = SDPA_STATUS_OUT_OF_MEMORY;
+    c->stage = "reference";
+    snprintf(c->message, sizeof c->message, "reference: out of memory");
+    return;
+  }
+  c->ready = 1;
+}
+
+static void case_free(test_case *c) {
+  sdpa_bwd_plan_destroy(c->plan);
+  c->plan = NULL;
+  sdpa_ref_grads_free(&c->ref);
+  sdpa_ref_problem_free(&c->p);
+}
+
+static void describe_case(const test_case *c, char *text, size_t size) {
+  char line[1024], desc[2048];
+  sdpa_ref_describe(&c->p, &c->l, line, sizeof line);
+  sdpa_ref_describe_desc(&c->desc, desc, sizeof desc);
+  snprintf(text, size, "[%s seed=%" PRIu64 "] %s det=%d\n%s", c->label, c->seed, line,
+           c->spec.deterministic, desc);
+}
+
+/* Compares one outcome against the case's reference; prints on failure. */
+static int check_outcome(const test_case *c, const sdpa_gpu_outcome *o, const char *what) {
+  char text[4096];
+  double err[3] = {NAN, NAN, NAN};
+  if (o->status != SDPA_STATUS_SUCCESS) {
+    describe_case(c, text, sizeof text);
+    printf("FAIL %s%s: %s\n%s", what, c->label, o->message, text);
+    record_class(&c->p, err, 0);
+    return 0;
+  }
+  const sdpa_ref_problem *p = &c->p;
+  size_t n[3] = {sdpa_ref_elements(p, SDPA_REF_DQ), sdpa_ref_elements(p, SDPA_REF_DK),
+                 sdpa_ref_elements(p, SDPA_REF_DV)};
+  const float *x[3] = {o->grads.dq, o->grads.dk, o->grads.dv};
+  const double *ref[3] = {c->ref.dq, c->ref.dk, c->ref.dv};
+  size_t bad[3];
+  double tol = tolerance(p->dtype);
+  int ok = o->grads.padding_written == 0 && o->grads.inputs_changed == 0;
+  for (int t = 0; t < 3; t++) {
+    err[t] = sdpa_ref_rel_error(x[t], ref[t], n[t]);
+    bad[t] = sdpa_ref_count_nonfinite(x[t], n[t]);
+    ok = ok && bad[t] == 0 && err[t] <= tol;
+  }
+  record_class(p, err, ok);
+  if (!ok) {
+    describe_case(c, text, sizeof text);
+    printf("FAIL %s%s: rel err dq %.3e dk %.3e dv %.3e (tol %.0e); non-finite dq %zu dk %zu "
+           "dv %zu; padding written %" PRId64 "; inputs changed %" PRId64 "\n%s",
+           what, c->label, err[0], err[1], err[2], tol, bad[0], bad[1], bad[2],
+           o->grads.padding_written, o->grads.inputs_changed, text);
+  }
+  return ok;
+}
+
+/* ----------------------------------------------- preparing many cases */
+
+typedef struct case_batch {
+  test_case *cases;
+  int count;
+  int *keys; /* indexes of representatives */
+  int key_count;
+  atomic_int next;
+} case_batch;
+
+static void *prepare_worker(void *arg) {
+  case_batch *b = arg;
+  for (;;) {
+    int i = atomic_fetch_add(&b->next, 1);
+    if (i >= b->count) break;
+    case_prepare(&b->cases[i]);
+  }
+  return NULL;
+}
+
+static void *compile_worker(void *arg) {
+  case_batch *b = arg;
+  if (sdpa_driver_context(gpu.drv, NULL, NULL) != SDPA_STATUS_SUCCESS) return NULL;
+  for (;;) {
+    int k = atomic_fetch_add(&b->next, 1);
+    if (k >= b->key_count) break;
+    test_case *c = &b->cases[b->keys[k]];
+    c->status = sdpa_bwd_compile(c->plan, &c->source);
+    if (c->status != SDPA_STATUS_SUCCESS) {
+      c->stage = "compile";
+      snprintf(c->message, sizeof c->message, "compile: %s: %s", sdpa_status_name(c->status),
+               sdpa_last_error());
+    }
+  }
+  return NULL;
+}
+
+/* Runs fn over the batch on one thread per online CPU (at most `items`). */
+static void run_threads(case_batch *b, void *(*fn)(void *), int items) {
+  int threads = sdpa_ref_cpu_count();
+  if (threads > items) threads = items;
+  if (threads < 1) threads = 1;
+  pthread_t *ids = calloc((size_t)threads, sizeof *ids);
+  int started = 0;
+  atomic_store(&b->next, 0);
+  for (; ids && started < threads; started++)
+    if (pthread_create(&ids[started], NULL, fn, b) != 0) break;
+  if (started == 0) fn(b); /* no threads: do it here */
+  for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
+  free(ids);
+}
+
+/* Problems + references in parallel, plans in order, distinct keys
+ * compiled in parallel, then every other plan compiled (an in-memory hit). */
+static void prepare_batch(test_case *cases, int count) {
+  case_batch b = {cases, count, NULL, 0, 0};
+  struct timespec t0, t1, t2;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  run_threads(&b, prepare_worker, count);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+
+  b.keys = calloc((size_t)count + 1, sizeof *b.keys);
+  for (int i = 0; i < count; i++) {
+    test_case *c = &cases[i];
+    c->representative = -1;
+    if (!c->ready) continue;
+    c->status = sdpa_bwd_plan_create(&c->plan, runtime, &c->desc);
+    if (c->status != SDPA_STATUS_SUCCESS) {
+      c->stage = "plan";
+      snprintf(c->message, sizeof c->message, "plan: %s: %s", sdpa_status_name(c->status),
+               sdpa_last_error());
+      c->plan = NULL;
+      continue;
+    }
+    const char *hash = sdpa_bwd_plan_key_hash(c->plan);
+    for (int k = 0; k < b.key_count; k++)
+      if (strcmp(sdpa_bwd_plan_key_hash(cases[b.keys[k]].plan), hash) == 0) {
+        c->representative = b.keys[k];
+        break;
+      }
+    if (c->representative < 0) {
+      c->representative = i;
+      b.keys[b.key_count++] = i;
+    }
+  }
+  run_threads(&b, compile_worker, b.key_count);
+  for (int i = 0; i < count; i++) {
+    test_case *c = &cases[i];
+    if (!c->plan || c->representative == i) continue;
+    c->status = sdpa_bwd_compile(c->plan, &c->source);
+    if (c->status != SDPA_STATUS_SUCCESS) {
+      c->stage = "compile";
+      snprintf(c->message, sizeof c->message, "compile: %s: %s", sdpa_status_name(c->status),
+               sdpa_last_error());
+    }
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t2);
+  int logged = 0;
+  for (int k = 0; k < b.key_count; k++) {
+    test_case *c = &cases[b.keys[k]];
+    if (c->status == SDPA_STATUS_COMPILE_FAILED && logged++ < 3)
+      printf("compile log of %s:\n%.4000s\n", sdpa_bwd_plan_key(c->plan),
+             sdpa_bwd_plan_compile_log(c->plan));
+  }
+  printf("  %d cases: references %.1f s, %d distinct keys compiled in %.1f s\n", count,
+         (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), b.key_count,
+         (double)(t2.tv_sec - t1.tv_sec) + 1e-9 * (double)(t2.tv_nsec - t1.tv_nsec));
+  fflush(stdout);
+  free(b.keys);
+}
+
+/* Runs every prepared case; returns the number that failed. */
+static int run_batch(test_case *cases, int count, const char *what) {
+  int failures = 0;
+  for (int i = 0; i < count; i++) {
+    test_case *c = &cases[i];
+    sdpa_gpu_outcome o;
+    memset(&o, 0, sizeof o);
+    if (c->status != SDPA_STATUS_SUCCESS || !c->plan) {
+      o.status = c->status != SDPA_STATUS_SUCCESS ? c->status : SDPA_STATUS_INTERNAL;
+      snprintf(o.message, sizeof o.message, "%s", c->message);
+    } else {
+      sdpa_gpu_execute_problem(&gpu, c->plan, &c->p, &c->l, &o);
+    }
+    failures += !check_outcome(c, &o, what);
+    sdpa_gpu_outcome_free(&o);
+    fflush(stdout);
+  }
+  return failures;
+}
+
+/* ----------------------------------------------------------------- matrix */
+
+#define BSHD_CASE(n, b, hq, hkv, sq, skv, hd, hdv, mask, l, r, scale, style, lse, det)        \
+  {n, SDPA_LAYOUT_BSHD, b, hq, hkv, sq, skv, hd, hdv, mask, l, r, scale, style, lse, det, {0}, {0}, 0}
+#define THD_CASE(n, b, hq, hkv, hd, hdv, mask, l, r, scale, style, lse, det, lq, lkv)          \
+  {n, SDPA_LAYOUT_THD, b, hq, hkv, 0, 0, hd, hdv, mask, l, r, scale, style, lse, det, lq, lkv, 0}
+/* THD with max_total_q/kv set to the exact totals */
+#define THD_EXACT(n, b, hq, hkv, hd, hdv, mask, l, r, scale, style, lse, det, lq, lkv)         \
+  {n, SDPA_LAYOUT_THD, b, hq, hkv, 0, 0, hd, hdv, mask, l, r, scale, style, lse, det, lq, lkv, 1}
+
+#define NONE SDPA_MASK_NONE
+#define TL SDPA_MASK_CAUSAL_TOP_LEFT
+#define BR SDPA_MASK_CAUSAL_BOTTOM_RIGHT
+#define WIN SDPA_MASK_SLIDING_WINDOW
+#define PACKED SDPA_REF_STYLE_PACKED
+#define PADDED SDPA_REF_STYLE_PADDED
+#define HEADS SDPA_REF_STYLE_HEAD_MAJOR
+#define INTER SDPA_REF_STYLE_INTERLEAVED
+#define LP SDPA_REF_LSE_PACKED
+#define LPAD SDPA_REF_LSE_PADDED
+#define LTOK SDPA_REF_LSE_TOKEN_MAJOR
+
+/* THD lengths: an empty sequence, a query-less and a key-less one, and
+ * sq != skv elsewhere. */
+#define LENS(...) {__VA_ARGS__}
+#define LENS_Q_MIXED {37, 0, 129, 64, 1, 0, 9}
+#define LENS_KV_MIXED {50, 0, 100, 64, 7, 20, 0}
+
+static const case_spec matrix_specs[] = {
+    /* head dims */
+    BSHD_CASE("hd32", 2, 4, 4, 100, 100, 32, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("hd64", 2, 4, 4, 100, 100, 64, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("hd96", 2, 2, 2, 100, 100, 96, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("hd128", 2, 2, 2, 100, 100, 128, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("hd192", 1, 2, 2, 100, 100, 192, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("hd256", 1, 2, 2, 100, 100, 256, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("hd192_hdv128", 1, 2, 2, 100, 100, 192, 128, NONE, 0, 0, 0, PACKED, LP, 0),
+    /* tile-multiple lengths (the even-tile kernels) */
+    BSHD_CASE("even_hd32", 1, 2, 2, 256, 256, 32, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("even_hd64", 1, 2, 2, 256, 256, 64, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("even_hd96_causal", 1, 2, 2, 256, 256, 96, 0, TL, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("even_hd128", 1, 2, 2, 128, 128, 128, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("even_hd128_causal_br", 1, 2, 2, 128, 256, 128, 0, BR, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("even_hd192", 1, 1, 1, 128, 128, 192, 0, TL, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("even_hd256", 1, 1, 1, 128, 128, 256, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("even_hd192_hdv128", 1, 1, 1, 128, 128, 192, 128, BR, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("even_window", 1, 2, 2, 256, 256, 64, 0, WIN, 64, 0, 0, PACKED, LP, 0),
+    /* masks */
+    BSHD_CASE("causal_tl", 1, 2, 2, 130, 130, 64, 0, TL, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("causal_tl_sq<skv", 1, 2, 2, 90, 200, 128, 0, TL, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("causal_tl_sq>skv", 1, 2, 2, 200, 90, 64, 0, TL, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("causal_br_sq<skv", 1, 2, 2, 90, 200, 64, 0, BR, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("causal_br_sq>skv", 1, 2, 2, 200, 90, 128, 0, BR, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("causal_br_hd256", 1, 1, 1, 70, 150, 256, 0, BR, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("window_64_0", 1, 2, 2, 200, 200, 64, 0, WIN, 64, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("window_32_16", 1, 2, 2, 150, 190, 128, 0, WIN, 32, 16, 0, PACKED, LP, 0),
+    BSHD_CASE("window_-1_8", 1, 2, 2, 190, 150, 64, 0, WIN, -1, 8, 0, PACKED, LP, 0),
+    BSHD_CASE("window_16_-1", 1, 2, 2, 130, 130, 96, 0, WIN, 16, -1, 0, PACKED, LP, 0),
+    BSHD_CASE("window_0_0", 1, 2, 2, 100, 100, 64, 0, WIN, 0, 0, 0, PACKED, LP, 0),
+    /* strides and buffers */
+    BSHD_CASE("bhsd", 2, 4, 4, 77, 77, 64, 0, NONE, 0, 0, 0, HEADS, LP, 0),
+    BSHD_CASE("bhsd_causal_br", 2, 2, 2, 60, 140, 128, 0, BR, 0, 0, 0, HEADS, LTOK, 0),
+    BSHD_CASE("padded", 2, 3, 1, 100, 90, 96, 0, TL, 0, 0, 0, PADDED, LPAD, 0),
+    BSHD_CASE("padded_hdv", 1, 2, 2, 80, 80, 192, 128, WIN, 20, 5, 0, PADDED, LTOK, 0),
+    BSHD_CASE("interleaved_qkv", 2, 4, 4, 100, 100, 64, 0, NONE, 0, 0, 0, INTER, LP, 0),
+    BSHD_CASE("interleaved_qkv_gqa", 2, 8, 2, 64, 64, 128, 0, TL, 0, 0, 0, INTER, LTOK, 0),
+    BSHD_CASE("interleaved_kv", 1, 4, 4, 70, 110, 64, 0, BR, 0, 0, 0, INTER, LPAD, 0),
+    BSHD_CASE("lse_token_major", 2, 4, 4, 100, 100, 64, 0, TL, 0, 0, 0, PACKED, LTOK, 0),
+    BSHD_CASE("lse_padded", 2, 2, 2, 100, 100, 128, 0, NONE, 0, 0, 0, PACKED, LPAD, 0),
+    /* GQA / MQA */
+    BSHD_CASE("gqa_8_2", 1, 8, 2, 100, 100, 64, 0, TL, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("gqa_8_2_window", 1, 8, 2, 90, 120, 64, 0, WIN, 32, 16, 0, PADDED, LP, 0),
+    BSHD_CASE("mqa_8_1", 1, 8, 1, 64, 96, 128, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("mqa_8_1_causal_br", 1, 8, 1, 96, 64, 64, 0, BR, 0, 0, 0, HEADS, LTOK, 0),
+    /* lengths */
+    BSHD_CASE("len_65_127", 1, 2, 2, 65, 127, 64, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("len_129_63", 1, 2, 2, 129, 63, 128, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("seqlen_1", 2, 2, 2, 1, 1, 64, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("seqlen_q1", 2, 2, 2, 1, 150, 128, 0, BR, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("seqlen_q1_tl", 2, 2, 2, 1, 150, 64, 0, TL, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("seqlen_kv1", 2, 2, 2, 150, 1, 64, 0, BR, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("seqlen_kv1_none", 1, 2, 2, 150, 1, 128, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("batch_256", 256, 2, 2, 3, 5, 64, 0, BR, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("batch_256_none", 256, 2, 1, 4, 4, 128, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("heads_128", 1, 128, 128, 5, 5, 64, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("heads_128_gqa", 2, 128, 16, 7, 9, 128, 0, TL, 0, 0, 0, PACKED, LTOK, 0),
+    /* scale */
+    BSHD_CASE("scale_0.3", 1, 2, 2, 100, 100, 64, 0, TL, 0, 0, 0.3f, PACKED, LP, 0),
+    BSHD_CASE("scale_0.05_hd256", 1, 1, 1, 100, 100, 256, 0, NONE, 0, 0, 0.05f, PACKED, LP, 0),
+    /* deterministic */
+    BSHD_CASE("det_gqa_causal", 1, 8, 2, 100, 100, 64, 0, TL, 0, 0, 0, PACKED, LP, 1),
+    BSHD_CASE("det_even", 1, 2, 2, 256, 256, 128, 0, NONE, 0, 0, 0, PACKED, LP, 1),
+    /* THD */
+    THD_CASE("thd", 7, 2, 2, 64, 0, NONE, 0, 0, 0, PACKED, LPAD, 0, LENS_Q_MIXED, LENS_KV_MIXED),
+    THD_CASE("thd_packed_lse", 7, 2, 2, 128, 0, NONE, 0, 0, 0, PACKED, LP, 0, LENS_Q_MIXED,
+             LENS_KV_MIXED),
+    THD_CASE("thd_causal_tl", 7, 2, 2, 64, 0, TL, 0, 0, 0, PACKED, LTOK, 0, LENS_Q_MIXED,
+             LENS_KV_MIXED),
+    THD_EXACT("thd_causal_br", 7, 2, 2, 128, 0, BR, 0, 0, 0, PACKED, LP, 0, LENS_Q_MIXED,
+             LENS_KV_MIXED),
+    THD_CASE("thd_window_32_16", 7, 2, 2, 64, 0, WIN, 32, 16, 0, PACKED, LPAD, 0, LENS_Q_MIXED,
+             LENS_KV_MIXED),
+    THD_CASE("thd_window_-1_8", 7, 2, 2, 96, 0, WIN, -1, 8, 0, PADDED, LTOK, 0, LENS_Q_MIXED,
+             LENS_KV_MIXED),
+    THD_EXACT("thd_gqa_8_2", 7, 8, 2, 64, 0, BR, 0, 0, 0, PACKED, LTOK, 0, LENS_Q_MIXED,
+             LENS_KV_MIXED),
+    THD_CASE("thd_mqa_8_1", 7, 8, 1, 128, 0, NONE, 0, 0, 0.2f, PACKED, LPAD, 0, LENS_Q_MIXED,
+             LENS_KV_MIXED),
+    THD_CASE("thd_head_major", 7, 2, 2, 64, 0, TL, 0, 0, 0, HEADS, LTOK, 0, LENS_Q_MIXED,
+             LENS_KV_MIXED),
+    THD_CASE("thd_interleaved_kv", 7, 4, 2, 64, 0, BR, 0, 0, 0, INTER, LPAD, 0, LENS_Q_MIXED,
+             LENS_KV_MIXED),
+    THD_EXACT("thd_interleaved_qkv", 4, 4, 4, 128, 0, TL, 0, 0, 0, INTER, LTOK, 0,
+             LENS(33, 0, 100, 2), LENS(33, 0, 100, 2)),
+    THD_CASE("thd_hd256", 3, 1, 1, 256, 0, BR, 0, 0, 0, PACKED, LPAD, 0, LENS(40, 90, 0),
+             LENS(100, 30, 10)),
+    THD_CASE("thd_hd192_hdv128", 3, 2, 1, 192, 128, WIN, 16, 16, 0, PADDED, LPAD, 0,
+             LENS(40, 90, 0), LENS(100, 30, 10)),
+    THD_EXACT("thd_hd32", 5, 4, 4, 32, 0, NONE, 0, 0, 0, PACKED, LPAD, 0, LENS(128, 64, 1, 0, 200),
+             LENS(128, 64, 300, 3, 1)),
+    THD_CASE("thd_many", 16, 2, 2, 64, 0, BR, 0, 0, 0, PACKED, LPAD, 0,
+             LENS(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16),
+             LENS(16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)),
+    THD_EXACT("thd_det", 7, 8, 2, 64, 0, TL, 0, 0, 0, PACKED, LPAD, 1, LENS_Q_MIXED,
+             LENS_KV_MIXED),
+};
+#define MATRIX_COUNT ((int)(sizeof matrix_specs / sizeof matrix_specs[0]))
+
+START_TEST(matrix) {
+  int count = 2 * MATRIX_COUNT;
+  test_case *cases = calloc((size_t)count, sizeof *cases);
+  ck_assert_ptr_nonnull(cases);
+  for (int d = 0; d < 2; d++)
+    for (int i = 0; i < MATRIX_COUNT; i++) {
+      sdpa_dtype dtype = d == 0 ? SDPA_DTYPE_BF16 : SDPA_DTYPE_FP16;
+      char label[80];
+      snprintf(label, sizeof label, "matrix %s %s", matrix_specs[i].name,
+               sdpa_ref_dtype_name(dtype));
+      case_init(&cases[d * MATRIX_COUNT + i], &matrix_specs[i], dtype,
+                0x5eed0000u + (uint64_t)(d * MATRIX_COUNT + i), label);
+    }
+  printf("matrix: %d cases\n", count);
+  prepare_batch(cases, count);
+  int failures = run_batch(cases, count, "");
+  for (int i = 0; i < count; i++) case_free(&cases[i]);
+  free(cases);
+  printf("matrix: %d of %d cases failed\n", failures, count);
+  ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ sweep */
+
+static uint64_t fresh_seed(void) {
+  const char *env = getenv("SDPA_TEST_SEED");
+  if (env && *env) return strtoull(env, NULL, 0);
+  uint64_t seed = 0;
+  FILE *f = fopen("/dev/urandom", "rb");
+  if (!f || fread(&seed, sizeof seed, 1, f) != 1) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    seed = (uint64_t)now.tv_sec * 1000000007u ^ (uint64_t)now.tv_nsec ^ (uint64_t)getpid();
+  }
+  if (f) fclose(f);
+  return seed;
+}
+
+static double spec_cost(const case_spec *s) {
+  double pairs = 0;
+  if (s->layout == SDPA_LAYOUT_THD) {
+    for (int b = 0; b < s->batch; b++) pairs += (double)s->lens_q[b] * s->lens_kv[b];
+  } else {
+    pairs = (double)s->batch * s->seqlen_q * s->seqlen_kv;
+  }
+  int hdv = s->head_dim_v ? s->head_dim_v : s->head_dim;
+  return pairs * s->heads_q * (4.0 * s->head_dim + 3.0 * hdv);
+}
+
+static int random_length(sdpa_ref_rng *rng) {
+  int kind = sdpa_ref_rng_int(rng, 0, 19);
+  if (kind < 5) { /* tile multiples */
+    static const int multiples[] = {64, 128, 192, 256};
+    return multiples[sdpa_ref_rng_int(rng, 0, 3)];
+  }
+  if (kind < 8) return sdpa_ref_rng_int(rng, 1, 8);
+  return sdpa_ref_rng_int(rng, 1, 300);
+}
+
+/* One random descriptor within the reference's budget. */
+static void random_spec(sdpa_ref_rng *rng, case_spec *s, sdpa_dtype *dtype) {
+  static const int dims[][2] = {{32, 0}, {64, 0}, {96, 0}, {128, 0}, {192, 0}, {256, 0},
+                                {192, 128}, {64, 0}, {128, 0}};
+  static const int groups[][2] = {{1, 1}, {2, 2}, {4, 4}, {2, 1}, {4, 1},
+                                  {8, 2}, {8, 1}, {6, 2}, {6, 3}, {3, 1}};
+  memset(s, 0, sizeof *s);
+  s->name = "sweep";
+  *dtype = sdpa_ref_rng_int(rng, 0, 1) ? SDPA_DTYPE_BF16 : SDPA_DTYPE_FP16;
+  int d = sdpa_ref_rng_int(rng, 0, (int)(sizeof dims / sizeof dims[0]) - 1);
+  s->head_dim = dims[d][0];
+  s->head_dim_v = dims[d][1];
+  int g = sdpa_ref_rng_int(rng, 0, (int)(sizeof groups / sizeof groups[0]) - 1);
+  s->heads_q = groups[g][0];
+  s->heads_kv = groups[g][1];
+  s->mask = (sdpa_mask)sdpa_ref_rng_int(rng, 0, 3);
+  if (s->mask == SDPA_MASK_SLIDING_WINDOW) {
+    s->left = sdpa_ref_rng_int(rng, 0, 4) == 0 ? -1 : sdpa_ref_rng_int(rng, 0, 150);
+    s->right = sdpa_ref_rng_int(rng, 0, 4) == 0 ? -1 : sdpa_ref_rng_int(rng, 0, 40);
+  }
+  s->style = (sdpa_ref_style)sdpa_ref_rng_int(rng, 0, SDPA_REF_STYLE_COUNT - 1);
+  s->lse_style = (sdpa_ref_lse_style)sdpa_ref_rng_int(rng, 0, SDPA_REF_LSE_COUNT - 1);
+  s->deterministic = sdpa_ref_rng_int(rng, 0, 6) == 0;
+  s->scale = sdpa_ref_rng_int(rng, 0, 1) ? 0.0f : (float)(0.03 + 0.27 * sdpa_ref_rng_uniform(rng));
+  if (sdpa_ref_rng_int(rng, 0, 9) < 6) {
+    s->layout = SDPA_LAYOUT_BSHD;
+    s->batch = sdpa_ref_rng_int(rng, 1, 4);
+    s->seqlen_q = random_length(rng);
+    s->seqlen_kv = sdpa_ref_rng_int(rng, 0, 1) ? s->seqlen_q : random_length(rng);
+  } else {
+    s->layout = SDPA_LAYOUT_THD;
+    s->batch = sdpa_ref_rng_int(rng, 1, 8);
+    for (int b = 0; b < s->batch; b++) {
+      s->lens_q[b] = sdpa_ref_rng_int(rng, 0, 9) == 0 ? 0 : random_length(rng);
+      s->lens_kv[b] = sdpa_ref_rng_int(rng, 0, 1) ? s->lens_q[b]
+                      : sdpa_ref_rng_int(rng, 0, 9) == 0 ? 0 : random_length(rng);
+    }
+  }
+  /* Shrink into the budget: heads first, then sequences, then lengths. */
+  while (spec_cost(s) > CASE_BUDGET_MACS) {
+    if (s->heads_q > s->heads_kv && s->heads_kv > 1 && s->heads_kv % 2 == 0) {
+      s->heads_q /= 2;
+      s->heads_kv /= 2;
+    } else if (s->heads_q == s->heads_kv && s->heads_q > 1) {
+      s->heads_q = s->heads_kv = s->heads_q / 2;
+    } else if (s->batch > 1) {
+      s->batch--;
+    } else if (s->layout == SDPA_LAYOUT_BSHD) {
+      s->seqlen_q = s->seqlen_q * 3 / 4 + 1;
+      s->seqlen_kv = s->seqlen_kv * 3 / 4 + 1;
+    } else {
+      s->lens_q[0] = s->lens_q[0] * 3 / 4;
+      s->lens_kv[0] = s->lens_kv[0] * 3 / 4;
+    }
+  }
+  if (s->layout == SDPA_LAYOUT_THD) s->exact_totals = sdpa_ref_rng_int(rng, 0, 1);
+  if (s->layout == SDPA_LAYOUT_THD && sdpa_ref_rng_int(rng, 0, 2) == 0) {
+    /* max_s hints above the longest sequence */
+    int longest_q = 1, longest_kv = 1;
+    for (int b = 0; b < s->batch; b++) {
+      if (s->lens_q[b] > longest_q) longest_q = s->lens_q[b];
+      if (s->lens_kv[b] > longest_kv) longest_kv = s->lens_kv[b];
+    }
+    s->seqlen_q = longest_q + sdpa_ref_rng_int(rng, 0, 100);
+    s->seqlen_kv = longest_kv + sdpa_ref_rng_int(rng, 0, 100);
+  }
+}
+
+START_TEST(random_sweep) {
+  uint64_t seed = fresh_seed();
+  int count = 200;
+  const char *env = getenv("SDPA_TEST_SWEEP_CASES");
+  if (env && atoi(env) > 0) count = atoi(env);
+  printf("sweep seed = %" PRIu64 " (SDPA_TEST_SEED=%" PRIu64 " repeats this sweep), %d cases\n",
+         seed, seed, count);
+  fflush(stdout);
+  sdpa_ref_rng rng;
+  sdpa_ref_rng_seed(&rng, seed);
+  test_case *cases = calloc((size_t)count, sizeof *cases);
+  ck_assert_ptr_nonnull(cases);
+  for (int i = 0; i < count; i++) {
+    case_spec s;
+    sdpa_dtype dtype;
+    random_spec(&rng, &s, &dtype);
+    char label[80];
+    snprintf(label, sizeof label, "sweep #%d", i);
+    case_init(&cases[i], &s, dtype, sdpa_ref_rng_next(&rng), label);
+  }
+  prepare_batch(cases, count);
+  int failures = run_batch(cases, count, "");
+  for (int i = 0; i < count; i++) case_free(&cases[i]);
+  free(cases);
+  printf("sweep: %d of %d cases failed (seed %" PRIu64 ")\n", failures, count, seed);
+  ck_assert_msg(failures == 0, "%d sweep cases failed (seed %" PRIu64 ")", failures, seed);
+}
+END_TEST
+
+/* ---------------------------------------------------------- determinism */
+
+/* Runs the compiled plan of `c` `runs` times on one upload, poisoning the
+ * outputs and workspace before each run; out[r] gets each run's outputs. */
+static sdpa_status run_repeatedly(test_case *c, int runs, sdpa_gpu_outcome *out) {
+  sdpa_gpu_problem d;
+  CUdeviceptr workspace = 0;
+  size_t workspace_bytes = sdpa_bwd_workspace_size(c->plan);
+  sdpa_status status = sdpa_gpu_problem_upload(&gpu, &c->p, &c->l, &d);
+  for (int r = 0; r < runs; r++) memset(&out[r], 0, sizeof out[r]);
+  if (status != SDPA_STATUS_SUCCESS) return status;
+  if ((status = sdpa_gpu_alloc(&gpu, workspace_bytes, &workspace)) != SDPA_STATUS_SUCCESS)
+    goto done;
+  for (int r = 0; r < runs; r++) {
+    out[r].stage = "";
+    if ((status = sdpa_gpu_poison(&gpu, workspace, workspace_bytes)) != SDPA_STATUS_SUCCESS ||
+        (status = sdpa_gpu_problem_poison_outputs(&gpu, &d)) != SDPA_STATUS_SUCCESS)
+      goto done;
+    gpu.drv->cuCtxSynchronize();
+    status = sdpa_bwd_execute(c->plan, &d.tensors, (void *)(uintptr_t)workspace,
+                              workspace_bytes, gpu.stream);
+    if (status == SDPA_STATUS_SUCCESS) status = sdpa_bwd_sync_check(c->plan, gpu.stream);
+    if (status == SDPA_STATUS_SUCCESS)
+      status = sdpa_gpu_problem_download(&gpu, &c->p, &d, &out[r].grads);
+    out[r].status = status;
+    if (status != SDPA_STATUS_SUCCESS) {
+      snprintf(out[r].message, sizeof out[r].message, "run %d: %s: %s", r,
+               sdpa_status_name(status), sdpa_last_error());
+      goto done;
+    }
+  }
+done:
+  sdpa_gpu_free(&gpu, workspace);
+  sdpa_gpu_problem_free(&gpu, &d);
+  return status;
+}
+
+static const case_spec deterministic_specs[] = {
+    /* several kv tiles add into every dQ row, so an unordered sum shows */
+    BSHD_CASE("det_mha", 1, 2, 2, 256, 640, 64, 0, NONE, 0, 0, 0, PACKED, LP, 1),
+    BSHD_CASE("det_gqa_8_2_causal", 1, 8, 2, 448, 448, 64, 0, TL, 0, 0, 0, PACKED, LP, 1),
+    BSHD_CASE("det_gqa_8_2_causal_hd128", 1, 8, 2, 200, 520, 128, 0, BR, 0, 0, 0, PADDED, LTOK, 1),
+    THD_CASE("det_thd_gqa", 3, 4, 1, 64, 0, BR, 0, 0, 0, PACKED, LPAD, 1, LENS(300, 17, 0),
+             LENS(600, 40, 5)),
+};
+
+START_TEST(deterministic_is_bitwise) {
+  int count = (int)(sizeof deterministic_specs / sizeof deterministic_specs[0]);
+  test_case *cases = calloc((size_t)count * 2, sizeof *cases);
+  for (int i = 0; i < count; i++) {
+    char label[80];
+    snprintf(label, sizeof label, "deterministic %s", deterministic_specs[i].name);
+    case_init(&cases[i], &deterministic_specs[i], i % 2 ? SDPA_DTYPE_FP16 : SDPA_DTYPE_BF16,
+              0xde7e0000u + (uint64_t)i, label);
+  }
+  prepare_batch(cases, count);
+  int failures = 0;
+  enum { RUNS = 3 };
+  for (int i = 0; i < count; i++) {
+    test_case *c = &cases[i];
+    sdpa_gpu_outcome out[RUNS];
+    memset(out, 0, sizeof out);
+    if (c->status != SDPA_STATUS_SUCCESS) {
+      out[0].status = c->status;
+      snprintf(out[0].message, sizeof out[0].message, "%s", c->message);
+      failures += !check_outcome(c, &out[0], "");
+      continue;
+    }
+    run_repeatedly(c, RUNS, out);
+    int ok = 1;
+    for (int r = 0; r < RUNS && ok; r++) ok = check_outcome(c, &out[r], "");
+    for (int r = 1; r < RUNS && ok; r++)
+      for (int b = 0; b < c->l.buffer_count; b++) {
+        if (!c->l.buffer_is_output[b]) continue;
+        size_t differ = 0;
+        for (size_t e = 0; e < out[0].grads.raw_elements[b]; e++)
+          differ += out[0].grads.raw[b][e] != out[r].grads.raw[b][e];
+        if (differ) {
+          printf("FAIL %s: run %d differs from run 0 in %zu elements of output buffer %d\n",
+                 c->label, r, differ, b);
+          ok = 0;
+        }
+      }
+    failures += !ok;
+    for (int r = 0; r < RUNS; r++) sdpa_gpu_outcome_free(&out[r]);
+  }
+  for (int i = 0; i < count; i++) case_free(&cases[i]);
+  free(cases);
+  ck_assert_msg(failures == 0, "%d deterministic cases failed", failures);
+}
+END_TEST
+
+/* ------------------------------------------------------------------- THD */
+
+/* Descriptors that differ only in batch, max_s hints and token totals
+ * share one key: after the first, compile finds the kernel in memory. */
+START_TEST(thd_one_key_many_totals) {
+  static const case_spec specs[] = {
+      THD_EXACT("thd_key_1", 1, 4, 2, 128, 0, BR, 0, 0, 0, PACKED, LP, 0, LENS(200), LENS(200)),
+      THD_EXACT("thd_key_2", 3, 4, 2, 128, 0, BR, 0, 0, 0, PACKED, LP, 0, LENS(17, 64, 130),
+               LENS(17, 80, 100)),
+      THD_EXACT("thd_key_3", 5, 4, 2, 128, 0, BR, 0, 0, 0, PACKED, LP, 0, LENS(0, 33, 1, 128, 77),
+               LENS(5, 33, 1, 128, 90)),
+      THD_EXACT("thd_key_4", 2, 4, 2, 128, 0, BR, 0, 0, 0, PACKED, LP, 0, LENS(255, 3),
+               LENS(255, 300)),
+      THD_EXACT("thd_key_5", 8, 4, 2, 128, 0, BR, 0, 0, 0, PACKED, LP, 0,
+               LENS(60, 1, 59, 7, 0, 33, 48, 12), LENS(60, 9, 40, 7, 2, 33, 50, 12)),
+      THD_EXACT("thd_key_6", 4, 4, 2, 128, 0, BR, 0, 0, 0, PACKED, LP, 0, LENS(64, 64, 64, 64),
+               LENS(64, 64, 64, 64)),
+  };
+  int count = (int)(sizeof specs / sizeof specs[0]);
+  test_case *cases = calloc((size_t)count, sizeof *cases);
+  for (int i = 0; i < count; i++)
+    case_init(&cases[i], &specs[i], SDPA_DTYPE_BF16, 0x7d000000u + (uint64_t)i, specs[i].name);
+  for (int i = 0; i < count; i++) case_prepare(&cases[i]);
+  int failures = 0;
+  char first_hash[33] = "";
+  for (int i = 0; i < count; i++) {
+    test_case *c = &cases[i];
+    ck_assert(c->ready);
+    sdpa_status st = sdpa_bwd_plan_create(&c->plan, runtime, &c->desc);
+    ck_assert_msg(st == SDPA_STATUS_SUCCESS, "%s: plan: %s: %s", c->label, sdpa_status_name(st),
+                  sdpa_last_error());
+    const char *hash = sdpa_bwd_plan_key_hash(c->plan);
+    if (i == 0) snprintf(first_hash, sizeof first_hash, "%s", hash);
+    ck_assert_msg(strcmp(hash, first_hash) == 0, "%s: key %s differs from the first (%s)",
+                  c->label, sdpa_bwd_plan_key(c->plan), first_hash);
+    sdpa_source source = SDPA_SOURCE_NONE;
+    st = sdpa_bwd_compile(c->plan, &source);
+    ck_assert_msg(st == SDPA_STATUS_SUCCESS, "%s: compile: %s: %s", c->label,
+                  sdpa_status_name(st), sdpa_last_error());
+    if (i > 0)
+      ck_assert_msg(source == SDPA_SOURCE_MEMORY, "%s: compiled again (source %d)", c->label,
+                    (int)source);
+    sdpa_gpu_outcome o;
+    sdpa_gpu_execute_problem(&gpu, c->plan, &c->p, &c->l, &o);
+    failures += !check_outcome(c, &o, "");
+    sdpa_gpu_outcome_free(&o);
+  }
+  for (int i = 0; i < count; i++) case_free(&cases[i]);
+  free(cases);
+  ck_assert_msg(failures == 0, "%d THD cases failed", failures);
+}
+END_TEST
+
+/* One plan (max_s 256, room for 1024 tokens, 4 sequences) runs many
+ * different cu_seqlens and totals. */
+START_TEST(thd_one_plan_many_offsets) {
+  static const int lens[][2][4] = {
+      {{256, 256, 256, 256}, {256, 256, 256, 256}},
+      {{1, 0, 0, 0}, {0, 0, 0, 1}},
+      {{100, 3, 250, 17}, {120, 3, 200, 40}},
+      {{0, 256, 0, 131}, {9, 256, 0, 131}},
+      {{64, 128, 192, 255}, {255, 192, 128, 64}},
+      {{7, 7, 7, 7}, {7, 7, 7, 7}},
+  };
+  int count = (int)(sizeof lens / sizeof lens[0]);
+  sdpa_bwd_plan *plan = NULL;
+  int failures = 0;
+  for (int i = 0; i < count; i++) {
+    case_spec s = THD_CASE("thd_one_plan", 4, 4, 2, 64, 0, TL, 0, 0, 0, PACKED, LTOK, 0, {0}, {0});
+    memcpy(s.lens_q, lens[i][0], sizeof lens[i][0]);
+    memcpy(s.lens_kv, lens[i][1], sizeof lens[i][1]);
+    s.seqlen_q = s.seqlen_kv = 256;
+    test_case c;
+    char label[80];
+    snprintf(label, sizeof label, "thd one plan, offsets #%d", i);
+    case_init(&c, &s, SDPA_DTYPE_FP16, 0x0ff5e700u + (uint64_t)i, label);
+    case_prepare(&c);
+    ck_assert(c.ready);
+    c.desc.max_total_q = c.desc.max_total_kv = 1024;
+    if (!plan) {
+      sdpa_status st = sdpa_bwd_plan_create(&plan, runtime, &c.desc);
+      ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan: %s", sdpa_last_error());
+      st = sdpa_bwd_compile(plan, NULL);
+      ck_assert_msg(st == SDPA_STATUS_SUCCESS, "compile: %s", sdpa_last_error());
+    }
+    sdpa_gpu_outcome o;
+    sdpa_gpu_execute_problem(&gpu, plan, &c.p, &c.l, &o);
+    failures += !check_outcome(&c, &o, "");
+    sdpa_gpu_outcome_free(&o);
+    case_free(&c);
+  }
+  sdpa_bwd_plan_destroy(plan);
+  ck_assert_msg(failures == 0, "%d offset sets failed", failures);
+}
+END_TEST
+
+/* A THD sequence longer than the plan's max_s hint: the launch reports
+ * SDPA_STATUS_DEVICE_ERROR (from execute or sync_check), and the next good
+ * call on the same plan works. */
+START_TEST(thd_overlong_sequence_is_reported) {
+  static const int bad[][2][2] = {{{100, 20}, {50, 20}}, {{20, 20}, {20, 100}}};
+  case_spec good_spec =
+      THD_CASE("thd_overlong", 2, 2, 2, 64, 0, NONE, 0, 0, 0, PACKED, LTOK, 0, LENS(64, 30), LENS(64, 50));
+  good_spec.seqlen_q = good_spec.seqlen_kv = 64; /* max_s hints */
+  test_case good;
+  case_init(&good, &good_spec, SDPA_DTYPE_BF16, 77, "thd good after overlong");
+  case_prepare(&good);
+  ck_assert(good.ready);
+  ck_assert_int_eq(good.desc.seqlen_q, 64);
+  sdpa_bwd_plan *plan = NULL;
+  sdpa_status st = sdpa_bwd_plan_create(&plan, runtime, &good.desc); /* max totals: 128 */
+  ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan: %s", sdpa_last_error());
+  st = sdpa_bwd_compile(plan, NULL);
+  ck_assert_msg(st == SDPA_STATUS_SUCCESS, "compile: %s", sdpa_last_error());
+  for (int k = 0; k < 2; k++) {
+    case_spec s = good_spec;
+    memcpy(s.lens_q, bad[k][0], sizeof bad[k][0]);
+    memcpy(s.lens_kv, bad[k][1], sizeof bad[k][1]);
+    test_case c;
+    case_init(&c, &s, SDPA_DTYPE_BF16, 78 + (uint64_t)k, "thd overlong");
+    case_prepare(&c);
+    ck_assert(c.ready);
+    ck_assert_int_le(c.p.rows_q, 128); /* the totals fit; only a length is bad */
+    ck_assert_int_le(c.p.rows_kv, 128);
+    sdpa_gpu_outcome o;
+    sdpa_gpu_execute_problem(&gpu, plan, &c.p, &c.l, &o);
+    ck_assert_msg(o.status == SDPA_STATUS_DEVICE_ERROR,
+                  "overlong %s sequence: got %s at '%s' (%s), want SDPA_STATUS_DEVICE_ERROR",
+                  k == 0 ? "query" : "key", sdpa_status_name(o.status), o.stage, o.message);
+    ck_assert_msg(strlen(o.message) > strlen("sync_check: SDPA_STATUS_DEVICE_ERROR: "),
+                  "no message: %s", o.message);
+    printf("overlong %s sequence reported: %s\n", k == 0 ? "query" : "key", o.message);
+    sdpa_gpu_outcome_free(&o);
+    case_free(&c);
+    /* the flag was cleared: a good call succeeds and is right */
+    sdpa_gpu_execute_problem(&gpu, plan, &good.p, &good.l, &o);
+    ck_assert_msg(check_outcome(&good, &o, "after overlong: "), "good call after overlong failed");
+    sdpa_gpu_outcome_free(&o);
+  }
+  sdpa_bwd_plan_destroy(plan);
+  case_free(&good);
+}
+END_TEST
+
+/* ------------------------------------------------------- execute rejects */
+
+/* Whether message names `field` as a whole word (case-insensitive). */
+static int names_field(const char *message, const char *field) {
+  size_t n = strlen(field);
+  for (const char *at = message; (at = strcasestr(at, field)) != NULL; at++) {
+    int before = at == message || !(isalnum((unsigned char)at[-1]) || at[-1] == '_');
+    int after = !(isalnum((unsigned char)at[n]) || at[n] == '_');
+    if (before && after) return 1;
+  }
+  return 0;
+}
+
+static const char *pointer_names[] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv"};
+
+static uintptr_t get_pointer(const sdpa_bwd_tensors *t, int which) {
+  switch (which) {
+  case 0: return (uintptr_t)t->q;
+  case 1: return (uintptr_t)t->k;
+  case 2: return (uintptr_t)t->v;
+  case 3: return (uintptr_t)t->o;
+  case 4: return (uintptr_t)t->dout;
+  case 5: return (uintptr_t)t->lse;
+  case 6: return (uintptr_t)t->dq;
+  case 7: return (uintptr_t)t->dk;
+  default: return (uintptr_t)t->dv;
+  }
+}
+
+static void set_pointer(sdpa_bwd_tensors *t, int which, uintptr_t value) {
+  switch (which) {
+  case 0: t->q = (const void *)value; break;
+  case 1: t->k = (const void *)value; break;
+  case 2: t->v = (const void *)value; break;
+  case 3: t->o = (const void *)value; break;
+  case 4: t->dout = (const void *)value; break;
+  case 5: t->lse = (const float *)value; break;
+  case 6: t->dq = (void *)value; break;
+  case 7: t->dk = (void *)value; break;
+  default: t->dv = (void *)value; break;
+  }
+}
+
+static void expect_reject(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, CUdeviceptr ws,
+                          size_t ws_bytes, const char *field, int whole_word, const char *what) {
+  sdpa_status st = sdpa_bwd_execute(plan, t, (void *)(uintptr_t)ws, ws_bytes, gpu.stream);
+  const char *message = sdpa_last_error();
+  ck_assert_msg(st == SDPA_STATUS_INVALID_ARGUMENT, "%s: got %s (%s), want INVALID_ARGUMENT", what,
+                sdpa_status_name(st), message);
+  int named = whole_word ? names_field(message, field) : strcasestr(message, field) != NULL;
+  ck_assert_msg(named, "%s: the message does not name '%s': \"%s\"", what, field, message);
+}
+
+START_TEST(execute_rejects_bad_arguments) {
+  case_spec s = BSHD_CASE("rejects", 1, 2, 2, 64, 64, 64, 0, NONE, 0, 0, 0, PACKED, LP, 0);
+  test_case c;
+  case_init(&c, &s, SDPA_DTYPE_BF16, 99, "rejects");
+  case_prepare(&c);
+  ck_assert(c.ready);
+  sdpa_status st = sdpa_bwd_plan_create(&c.plan, runtime, &c.desc);
+  ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan: %s", sdpa_last_error());
+  size_t ws_bytes = sdpa_bwd_workspace_size(c.plan);
+  ck_assert_uint_gt(ws_bytes, 0);
+  CUdeviceptr ws = 0;
+  ck_assert_int_eq(sdpa_gpu_alloc(&gpu, ws_bytes, &ws), SDPA_STATUS_SUCCESS);
+  sdpa_gpu_problem d;
+  ck_assert_int_eq(sdpa_gpu_problem_upload(&gpu, &c.p, &c.l, &d), SDPA_STATUS_SUCCESS);
+
+  /* before compile */
+  st = sdpa_bwd_execute(c.plan, &d.tensors, (void *)(uintptr_t)ws, ws_bytes, gpu.stream);
+  ck_assert_msg(st == SDPA_STATUS_NOT_COMPILED, "execute before compile: %s",
+                sdpa_status_name(st));
+  st = sdpa_bwd_compile(c.plan, NULL);
+  ck_assert_msg(st == SDPA_STATUS_SUCCESS, "compile: %s", sdpa_last_error());
+
+  for (int i = 0; i < 9; i++) {
+    sdpa_bwd_tensors t = d.tensors;
+    char what[64];
+    snprintf(what, sizeof what, "NULL %s", pointer_names[i]);
+    set_pointer(&t, i, 0);
+    expect_reject(c.plan, &t, ws, ws_bytes, pointer_names[i], 1, what);
+    t = d.tensors;
+    snprintf(what, sizeof what, "odd address of %s", pointer_names[i]);
+    set_pointer(&t, i, get_pointer(&d.tensors, i) + 1);
+    expect_reject(c.plan, &t, ws, ws_bytes, pointer_names[i], 1, what);
+    if (i == 5) continue; /* LSE is fp32: execute takes any 4-byte aligned address */
+    t = d.tensors;
+    snprintf(what, sizeof what, "%s 8-byte aligned only", pointer_names[i]);
+    set_pointer(&t, i, get_pointer(&d.tensors, i) + 8);
+    expect_reject(c.plan, &t, ws, ws_bytes, pointer_names[i], 1, what);
+  }
+  expect_reject(c.plan, &d.tensors, ws, ws_bytes - 1, "workspace", 0, "workspace too small");
+  expect_reject(c.plan, &d.tensors, 0, ws_bytes, "workspace", 0, "NULL workspace");
+  st = sdpa_bwd_execute(c.plan, NULL, (void *)(uintptr_t)ws, ws_bytes, gpu.stream);
+  ck_assert_int_eq(st, SDPA_STATUS_INVALID_ARGUMENT);
+  st = sdpa_bwd_execute(NULL, &d.tensors, (void *)(uintptr_t)ws, ws_bytes, gpu.stream);
+  ck_assert_int_eq(st, SDPA_STATUS_INVALID_ARGUMENT);
+  sdpa_bwd_tensors versioned = d.tensors;
+  versioned.version = 9999;
+  expect_reject(c.plan, &versioned, ws, ws_bytes, "version", 0, "unknown tensors version");
+  sdpa_gpu_problem_free(&gpu, &d);
+  sdpa_gpu_free(&gpu, ws);
+
+  /* the rejects left the plan usable */
+  sdpa_gpu_outcome o;
+  sdpa_gpu_execute_problem(&gpu, c.plan, &c.p, &c.l, &o);
+  ck_assert(check_outcome(&c, &o, "after rejects: "));
+  sdpa_gpu_outcome_free(&o);
+  case_free(&c);
+
+  /* THD: totals past the descriptor's bounds, missing offsets */
+  case_spec ts = THD_CASE("rejects_thd", 2, 2, 2, 64, 0, NONE, 0, 0, 0, PACKED, LTOK, 0,
+                          LENS(30, 40), LENS(50, 20));
+  case_init(&c, &ts, SDPA_DTYPE_FP16, 100, "rejects thd");
+  case_prepare(&c);
+  ck_assert(c.ready);
+  c.desc.max_total_q = 70;
+  c.desc.max_total_kv = 70;
+  st = sdpa_bwd_plan_create(&c.plan, runtime, &c.desc);
+  ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan: %s", sdpa_last_error());
+  st = sdpa_bwd_compile(c.plan, NULL);
+  ck_assert_msg(st == SDPA_STATUS_SUCCESS, "compile: %s", sdpa_last_error());
+  ws_bytes = sdpa_bwd_workspace_size(c.plan);
+  ck_assert_int_eq(sdpa_gpu_alloc(&gpu, ws_bytes, &ws), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(sdpa_gpu_problem_upload(&gpu, &c.p, &c.l, &d), SDPA_STATUS_SUCCESS);
+  sdpa_bwd_tensors t = d.tensors;
+  t.total_q = 71;
+  expect_reject(c.plan, &t, ws, ws_bytes, "total_q", 1, "total_q > max_total_q");
+  t = d.tensors;
+  t.total_kv = 71;
+  expect_reject(c.plan, &t, ws, ws_bytes, "total_kv", 1, "total_kv > max_total_kv");
+  t = d.tensors;
+  t.cu_seqlens_q = NULL;
+  expect_reject(c.plan, &t, ws, ws_bytes, "cu_seqlens_q", 1, "NULL cu_seqlens_q");
+  t = d.tensors;
+  t.cu_seqlens_kv = NULL;
+  expect_reject(c.plan, &t, ws, ws_bytes, "cu_seqlens_kv", 1, "NULL cu_seqlens_kv");
+  sdpa_gpu_problem_free(&gpu, &d);
+  sdpa_gpu_free(&gpu, ws);
+  sdpa_gpu_execute_problem(&gpu, c.plan, &c.p, &c.l, &o);
+  ck_assert(check_outcome(&c, &o, "thd after rejects: "));
+  sdpa_gpu_outcome_free(&o);
+  case_free(&c);
+}
+END_TEST
+
+/* ------------------------------------------------------------------- main */
+
+static Suite *gpu_suite(void) {
+  Suite *s = suite_create("gpu_bwd");
+  TCase *api = tcase_create("api");
+  tcase_add_test(api, execute_rejects_bad_arguments);
+  tcase_add_test(api, thd_overlong_sequence_is_reported);
+  tcase_add_test(api, thd_one_key_many_totals);
+  tcase_add_test(api, thd_one_plan_many_offsets);
+  suite_add_tcase(s, api);
+  TCase *numerics = tcase_create("numerics");
+  tcase_add_test(numerics, matrix);
+  tcase_add_test(numerics, deterministic_is_bitwise);
+  tcase_add_test(numerics, random_sweep);
+  suite_add_tcase(s, numerics);
+  return s;
+}
+
+int main(void) {
+  sdpa_gpu_require(&gpu);
+  /* CUDA is initialized in this process: a forked child could not use it. */
+  setenv("CK_FORK", "no", 1);
+
+  char *temp_dir = NULL;
+  char *cache_path = NULL;
+  sdpa_runtime_options opts;
+  sdpa_runtime_options_init(&opts, SDPA_RUNTIME_OPTIONS_VERSION);
+  const char *env_cache = getenv("SDPA_JIT_CACHE");
+  if (!env_cache || !*env_cache) {
+    temp_dir = sdpa_test_tmpdir("gpu-bwd");
+    if (!temp_dir || asprintf(&cache_path, "%s/kernels.sqlite", temp_dir) < 0) {
+      fprintf(stderr, "cannot make a temporary cache directory\n");
+      return 1;
+    }
+    opts.cache_path = cache_path;
+  }
+  sdpa_status st = sdpa_runtime_create(&runtime, &opts);
+  if (st != SDPA_STATUS_SUCCESS) {
+    printf("sdpa_runtime_create: %s: %s\n", sdpa_status_name(st), sdpa_last_error());
+    sdpa_test_rmtree(temp_dir);
+    return 1;
+  }
+  const char *used = sdpa_runtime_cache_path(runtime);
+  printf("device: %s (sm_%d, %d SMs); cache: %s; %d CPUs\n", gpu.name, gpu.arch, gpu.sm_count,
+         used ? used : "(memory)", sdpa_ref_cpu_count());
+  fflush(stdout);
+
+  int rc = sdpa_test_run(gpu_suite());
+  print_summary();
+
+  sdpa_runtime_destroy(runtime);
+  sdpa_gpu_close(&gpu);
+  sdpa_test_rmtree(temp_dir);
+  free(temp_dir);
+  free(cache_path);
+  return rc;
+}
