@@ -54,12 +54,25 @@
 #define LD_DV (DV + 8)
 #define LD_N (N + 8)
 
-/* Warp partitions of the three GEMM shapes. */
-#define S_WM (M / 16 < NW ? M / 16 : NW)   /* S, dP: M x N            */
+/* Warp partitions of the three GEMM shapes: R x C outputs split over
+ * WR x (NW / WR) warps. The split minimizes the rows each warp reads from
+ * shared memory per k step (tile rows + tile cols), ties going to the
+ * squarer tile; each warp tile must stay a multiple of 16 both ways. */
+__host__ __device__ constexpr int split_rows(int R, int C, int W) {
+  int best = 0, cost = 1 << 30;
+  for (int wr = 1; wr <= W; wr *= 2) {
+    const int wc = W / wr;
+    if (R % (16 * wr) != 0 || C % (16 * wc) != 0) continue;
+    const int c = R / wr + C / wc;
+    if (c < cost || (c == cost && R / wr >= C / wc)) { cost = c; best = wr; }
+  }
+  return best;
+}
+#define S_WM split_rows(M, N, NW)   /* S, dP: M x N            */
 #define S_WN (NW / S_WM)
-#define KV_WN (N / 16 < NW ? N / 16 : NW)  /* dK, dV: N x D / N x DV  */
+#define KV_WN split_rows(N, DV, NW) /* dK, dV: N x D / N x DV  */
 #define KV_WD (NW / KV_WN)
-#define Q_WM (M / 16 < NW ? M / 16 : NW)   /* dQ: M x D               */
+#define Q_WM split_rows(M, D, NW)   /* dQ: M x D               */
 #define Q_WD (NW / Q_WM)
 #define S_TM (M / S_WM)
 #define S_TN (N / S_WN)
@@ -69,7 +82,8 @@
 #define Q_TM (M / Q_WM)
 #define Q_TD (D / Q_WD)
 
-static_assert(S_WM * S_WN == NW && KV_WN * KV_WD == NW && Q_WM * Q_WD == NW,
+static_assert(S_WM > 0 && KV_WN > 0 && Q_WM > 0 &&
+              S_WM * S_WN == NW && KV_WN * KV_WD == NW && Q_WM * Q_WD == NW,
               "warps must tile every GEMM");
 static_assert(S_TM % 16 == 0 && S_TN % 16 == 0, "S warp tile");
 static_assert(KV_TN % 16 == 0 && KV_TD % 16 == 0 && KV_TDV % 16 == 0,
