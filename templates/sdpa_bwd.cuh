@@ -316,23 +316,21 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
                     p.q_seq, q_valid);
     load_tile<M, DV>((u16 *)(smem + SMEM_DO) + stage * M * LD_DV,
                      (const u16 *)p.dout + dob, p.do_seq, q_valid);
-    cp_async_commit();
+    /* LSE and Delta rows ride in the same cp.async group; rows past the
+     * sequence are zero-filled (and masked). */
     for (int r = threadIdx.x; r < M; r += NT) {
       const int i = i0 + r;
-      float lse = __int_as_float(0x7f800000); /* +inf: P = 0 */
-      float delta = 0.f;
-      if (SDPA_EVEN || i < sq) {
+      const bool ok = SDPA_EVEN || i < sq;
 #if SDPA_LSE_PACKED
-        lse = p.lse[lse_b + i];
+      const float *lse_src = p.lse + lse_b + (ok ? i : 0);
 #else
-        lse = p.lse[lse_b + (sdpa_i64)i * p.lse_seq];
+      const float *lse_src = p.lse + lse_b + (ok ? (sdpa_i64)i * p.lse_seq : 0);
 #endif
-        if (lse == __int_as_float(0xff800000)) lse = __int_as_float(0x7f800000);
-        delta = p.delta[(sdpa_i64)h * p.rows_q + q0 + i];
-      }
-      sLSE[stage * M + r] = lse * LOG2E;
-      sDelta[stage * M + r] = delta;
+      const float *delta_src = p.delta + (sdpa_i64)h * p.rows_q + q0 + (ok ? i : 0);
+      cp_async4(smem_u32(sLSE + stage * M + r), lse_src, ok);
+      cp_async4(smem_u32(sDelta + stage * M + r), delta_src, ok);
     }
+    cp_async_commit();
   };
 
   if (steps > 0) issue(0, 0);
@@ -374,7 +372,11 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const int r = s_m + mi * 16 + g + hf * 8;
-          const float row_lse = lse[r], row_delta = dlt[r];
+          /* exp2 domain; a row whose LSE is -inf sees no key: P = 0. */
+          float row_lse = lse[r];
+          row_lse = row_lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
+                                                          : row_lse * LOG2E;
+          const float row_delta = dlt[r];
           const int i = i0 + r;
 #pragma unroll
           for (int nj = 0; nj < S_TN / 8; ++nj) {
@@ -439,8 +441,7 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
             float *rowp = dqa + r * row_stride + q_d + 2 * t;
 #pragma unroll
             for (int nj = 0; nj < Q_TD / 8; ++nj) {
-              atomicAdd(rowp + nj * 8, acc_dq[mi][nj][hf * 2]);
-              atomicAdd(rowp + nj * 8 + 1, acc_dq[mi][nj][hf * 2 + 1]);
+              red_add2(rowp + nj * 8, acc_dq[mi][nj][hf * 2], acc_dq[mi][nj][hf * 2 + 1]);
             }
           }
         }

@@ -77,9 +77,27 @@ SDPA_DEVICE void cp_async16(u32 dst, const void *src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                :: "r"(dst), "l"(src), "r"(n));
 }
+/* 4 bytes global -> shared, zero-filled when !valid. */
+SDPA_DEVICE void cp_async4(u32 dst, const void *src, bool valid) {
+  int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+               :: "r"(dst), "l"(src), "r"(n));
+}
 SDPA_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> SDPA_DEVICE void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" :: "n"(N));
+}
+
+/* Two adjacent fp32 atomic adds (8-byte aligned); one vector reduction on
+ * sm_90 and later. */
+SDPA_DEVICE void red_add2(float *dst, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(dst), "f"(a), "f"(b)
+               : "memory");
+#else
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+#endif
 }
 
 /* ------------------------------------------------------------- ldmatrix */
