@@ -514,17 +514,16 @@ static attach_result user_attach(const char *path, sqlite3 **out, char *why,
     }
     result = ATTACH_WRITABLE;
   } else {
+    /* A no-op on our own files; a file left in another journal mode is
+     * switched back. If it cannot be switched now (busy), it still works
+     * in its current mode. */
     rc = exec_sql(db, "PRAGMA journal_mode = WAL", why, why_size);
-    if (rc != SQLITE_OK) {
-      if (is_damage(rc)) {
-        result = ATTACH_DAMAGED;
-        goto done;
-      }
-      if (!is_readonly_error(rc)) goto done;
-      result = ATTACH_READONLY;
-    } else {
-      result = ATTACH_WRITABLE;
+    result = ATTACH_WRITABLE;
+    if (is_damage(rc)) {
+      result = ATTACH_DAMAGED;
+      goto done;
     }
+    if (is_readonly_error(rc)) result = ATTACH_READONLY;
   }
   exec_sql(db, "PRAGMA synchronous = NORMAL", NULL, 0);
   rc = check_layout(db, why, why_size);

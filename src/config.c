@@ -31,8 +31,12 @@ int sdpa_config_smem_bytes(int head_dim, int head_dim_v,
 }
 
 typedef struct {
+  int q_tile, kv_tile, warps, stages;
+} tile_choice;
+
+typedef struct {
   int head_dim;
-  sdpa_kernel_config candidates[4]; /* q_tile 0 ends the list */
+  tile_choice candidates[4]; /* q_tile 0 ends the list */
 } config_row;
 
 /* {q_tile, kv_tile, warps, stages} by head_dim, best first. */
@@ -51,7 +55,8 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, sdpa_kernel_config *out) 
   for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
     if (table[i].head_dim != d->head_dim) continue;
     for (int k = 0; k < 4 && table[i].candidates[k].q_tile; ++k) {
-      sdpa_kernel_config c = table[i].candidates[k];
+      const tile_choice *t = &table[i].candidates[k];
+      sdpa_kernel_config c = {t->q_tile, t->kv_tile, t->warps, t->stages, 0};
       c.smem_bytes = sdpa_config_smem_bytes(d->head_dim, d->head_dim_v, &c);
       if (c.smem_bytes <= limit) {
         *out = c;

@@ -19,7 +19,7 @@
 /* Threads per block of the preprocess and convert kernels. */
 #define SDPA_AUX_THREADS 256
 
-/* The embedded templates (templates/*.cuh and .h), sorted by name,
+/* The embedded templates (every .cuh and .h of templates/), sorted by name,
  * terminated by a {NULL, NULL, 0} row. */
 typedef struct sdpa_embedded_file {
   const char *name;

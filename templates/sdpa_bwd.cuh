@@ -1,5 +1,5 @@
 /*
- * sdpa_bwd.cuh — flash-attention backward for sm_80 and later (mma.sync),
+ * sdpa_bwd.cuh - flash-attention backward for sm_80 and later (mma.sync),
  * KV-stationary. Three kernels make one backward:
  *
  *   sdpa_bwd_preprocess  Delta[h, row] = sum_d dO*O; zero the fp32 dQ

@@ -1,5 +1,5 @@
 /*
- * sdpa_mma.cuh — warp-level building blocks for the sm_80+ kernels:
+ * sdpa_mma.cuh - warp-level building blocks for the sm_80+ kernels:
  * 16-bit element conversions, cp.async copies, ldmatrix loads and the
  * m16n8k16 tensor-core MMA, plus a warp GEMM over padded shared memory.
  *

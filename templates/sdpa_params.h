@@ -1,5 +1,5 @@
 /*
- * sdpa_params.h — the launch parameter block shared by the host (execute.c)
+ * sdpa_params.h - the launch parameter block shared by the host (execute.c)
  * and the kernels (compiled by NVRTC, which receives this file as a named
  * header). Plain C, fixed-width types only, so both compilers lay it out
  * identically. Passed by value to every kernel of the chain.

@@ -252,6 +252,12 @@ static int count_prefixed(const char *dir, const char *prefix, char **found) {
   return count;
 }
 
+static void sleep_ms_test(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
 static double elapsed_ms(const struct timespec *start) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
@@ -1230,6 +1236,111 @@ START_TEST(test_shipped_database_first_and_never_written) {
 }
 END_TEST
 
+/* One of the processes in test_processes_compile_each_key_once: waits for
+ * the start signal, then for each shared key takes the key lock, looks the
+ * key up, and on a miss "compiles" it (appends a byte to `compiled`,
+ * sleeps) and stores it. Exits with the number of things that went wrong. */
+static void racing_process(const char *path, const char *compiled, int start,
+                           unsigned id) {
+  log_counter counter;
+  counter_init(&counter);
+  sdpa_cache_config cfg = {0};
+  sdpa_cache *cache = NULL;
+  int failures = 0;
+  char go = 0;
+  cfg.path = path;
+  cfg.log = count_log;
+  cfg.log_user = &counter;
+  if (read(start, &go, 1) != 1) _exit(100);
+  if (sdpa_cache_open(&cache, &cfg) != SDPA_STATUS_SUCCESS) _exit(101);
+  for (unsigned key = 0; key < 5; key++) {
+    char hash[33], text[64];
+    make_hash(hash, 500 + key);
+    snprintf(text, sizeof text, "sdpa_bwd;key=%u", 500 + key);
+    sdpa_cache_lock *lock = NULL;
+    sdpa_cache_lock_key(cache, hash, &lock);
+    if (!lock) failures++;
+    void *data = NULL;
+    size_t size = 0;
+    sdpa_status status =
+        sdpa_cache_lookup(cache, hash, text, &data, &size, NULL);
+    unsigned char *want = make_cubin(4000, key);
+    if (status == SDPA_STATUS_NOT_FOUND) {
+      int fd = open(compiled, O_WRONLY | O_APPEND | O_CREAT, 0600);
+      if (fd < 0 || write(fd, "c", 1) != 1) failures++;
+      if (fd >= 0) close(fd);
+      sleep_ms_test(20);
+      sdpa_cache_meta meta = make_meta(hash, text);
+      if (sdpa_cache_store(cache, &meta, want, 4000) != SDPA_STATUS_SUCCESS)
+        failures++;
+    } else if (status != SDPA_STATUS_SUCCESS || size != 4000 ||
+               memcmp(data, want, 4000) != 0) {
+      failures++;
+    }
+    free(want);
+    free(data);
+    sdpa_cache_unlock_key(lock);
+  }
+  char hash[33], text[64];
+  make_hash(hash, 600 + id);
+  snprintf(text, sizeof text, "sdpa_bwd;key=%u", 600 + id);
+  sdpa_cache_meta meta = make_meta(hash, text);
+  unsigned char *mine = make_cubin(1000, id);
+  void *data = NULL;
+  size_t size = 0;
+  if (sdpa_cache_store(cache, &meta, mine, 1000) != SDPA_STATUS_SUCCESS ||
+      sdpa_cache_lookup(cache, hash, text, &data, &size, NULL) !=
+          SDPA_STATUS_SUCCESS ||
+      size != 1000 || memcmp(data, mine, 1000) != 0)
+    failures++;
+  free(data);
+  free(mine);
+  sdpa_cache_close(cache);
+  _exit(failures + counter.warnings);
+}
+
+START_TEST(test_processes_compile_each_key_once) {
+  /* Six processes start together on a cache that does not exist yet. */
+  enum { PROCESSES = 6 };
+  char *dir = sdpa_test_tmpdir("cache");
+  char *path = join(dir, "kernels.sqlite");
+  char *compiled = join(dir, "compiled");
+  int start[2];
+  pid_t children[PROCESSES];
+  ck_assert_int_eq(pipe(start), 0);
+  for (unsigned i = 0; i < PROCESSES; i++) {
+    children[i] = fork();
+    ck_assert_int_ge(children[i], 0);
+    if (children[i] == 0) {
+      close(start[1]);
+      racing_process(path, compiled, start[0], i);
+    }
+  }
+  close(start[0]);
+  char go[PROCESSES];
+  memset(go, 'g', sizeof go);
+  ck_assert_int_eq(write(start[1], go, sizeof go), PROCESSES);
+  close(start[1]);
+  for (unsigned i = 0; i < PROCESSES; i++) {
+    int wstatus = 0;
+    ck_assert_int_eq(waitpid(children[i], &wstatus, 0), children[i]);
+    ck_assert(WIFEXITED(wstatus));
+    ck_assert_int_eq(WEXITSTATUS(wstatus), 0);
+  }
+  struct stat st;
+  ck_assert_int_eq(stat(compiled, &st), 0);
+  ck_assert_int_eq(st.st_size, 5); /* each shared key compiled once */
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), 5 + PROCESSES);
+  ck_assert_int_eq(db_int(path, "SELECT sum(hits) FROM kernels WHERE key_hash "
+                                "< '00000000000000000000000000000258'"),
+                   5 * (PROCESSES - 1));
+  free(compiled);
+  free(path);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
 typedef struct thread_job {
   sdpa_cache *cache;
   unsigned first;
@@ -1455,6 +1566,7 @@ static Suite *cache_suite(void) {
   tcase_add_test(tc, test_key_lock_excludes_other_process);
   tcase_add_test(tc, test_shipped_database_first_and_never_written);
   tcase_add_test(tc, test_shared_by_threads);
+  tcase_add_test(tc, test_processes_compile_each_key_once);
   tcase_add_test(tc, test_remove_and_disabled);
   tcase_add_test(tc, test_invalid_arguments);
   tcase_add_test(tc, test_sql_files_run_in_the_shell);
