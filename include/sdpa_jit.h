@@ -237,7 +237,10 @@ typedef struct sdpa_bwd_desc {
   int arch;                      /* 0: the runtime's arch                  */
 } sdpa_bwd_desc;
 
-#define SDPA_BWD_DESC_INIT {SDPA_BWD_DESC_VERSION}
+#define SDPA_BWD_DESC_INIT                                                    \
+  {SDPA_BWD_DESC_VERSION, (sdpa_dtype)0, (sdpa_layout)0, 0, 0, 0, 0, 0, 0, 0, \
+   {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0},          \
+   {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, 0, 0, SDPA_MASK_NONE, -1, -1, 0.0f, 0, 0}
 
 /* ------------------------------------------------------------------ plan */
 
@@ -307,7 +310,9 @@ typedef struct sdpa_bwd_tensors {
   int64_t total_q, total_kv;
 } sdpa_bwd_tensors;
 
-#define SDPA_BWD_TENSORS_INIT {SDPA_BWD_TENSORS_VERSION}
+#define SDPA_BWD_TENSORS_INIT                                                 \
+  {SDPA_BWD_TENSORS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,  \
+   NULL, NULL, NULL, 0, 0}
 
 /* Launches preprocess → main → dQ convert on `stream` (a CUstream, or NULL)
  * in the current context. Binds pointers, strides and token totals; never

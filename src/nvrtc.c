@@ -71,8 +71,7 @@ static void init_tables(void) {
     option_lists[arch][1] = "-std=c++17";
     option_lists[arch][2] = "--device-as-default-execution-space";
     option_lists[arch][3] = "--ptxas-options=-v";
-    option_lists[arch][4] = "--extra-device-vectorization";
-    option_lists[arch][5] = NULL;
+    option_lists[arch][4] = NULL;
   }
 }
 

@@ -15,8 +15,10 @@
 /* "13.0": NVRTC's version as it enters the key. */
 const char *sdpa_nvrtc_version(void);
 
-/* The option list used for `arch` (e.g. "-arch=sm_90", "-std=c++17",
- * "-default-device", ...), NULL-terminated, static. Enters the key. */
+/* The option list used for `arch` ("--gpu-architecture=sm_90",
+ * "-std=c++17", "--device-as-default-execution-space",
+ * "--ptxas-options=-v", "--extra-device-vectorization"), NULL-terminated,
+ * static; NULL for an arch outside 0..255. Enters the key. */
 const char *const *sdpa_nvrtc_options(int arch);
 
 /* Compiles `source` (named `name` in diagnostics) for `arch` with the

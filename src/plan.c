@@ -199,18 +199,19 @@ static sdpa_status resolve_total(const char *field, int64_t *total,
   return SDPA_STATUS_SUCCESS;
 }
 
-/* Checks the target arch: 0 -> NO_DEVICE (with `no_device_reason`, may be
- * NULL), below 80 -> NOT_SUPPORTED, unknown to NVRTC -> NOT_SUPPORTED. */
+/* Checks the target arch: 0 -> NO_DEVICE (the message is
+ * `no_device_message` when given: sdpa_runtime_arch's, which adds the
+ * driver's reason), below 80 -> NOT_SUPPORTED, unknown to NVRTC ->
+ * NOT_SUPPORTED. */
 static sdpa_status check_arch(int arch, const char *origin,
-                              const char *no_device_reason) {
-  if (arch == 0)
+                              const char *no_device_message) {
+  if (arch == 0) {
+    if (no_device_message && *no_device_message)
+      return sdpa_error_set(SDPA_STATUS_NO_DEVICE, "%s", no_device_message);
     return sdpa_error_set(SDPA_STATUS_NO_DEVICE,
                           "no GPU found: set desc.arch or the runtime option "
-                          "arch%s%s",
-                          no_device_reason && *no_device_reason ? " (" : "",
-                          no_device_reason && *no_device_reason
-                              ? no_device_reason
-                              : "");
+                          "arch");
+  }
   if (arch < 0)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "%s = %d is out of range: give a compute capability "
@@ -231,11 +232,11 @@ static sdpa_status check_arch(int arch, const char *origin,
   return SDPA_STATUS_SUCCESS;
 }
 
-/* The body of sdpa_desc_resolve, with where the arch came from and why
- * there is none, for the messages. */
+/* The body of sdpa_desc_resolve, with where the arch came from and the
+ * message for a missing one, for the messages. */
 static sdpa_status resolve_desc(const sdpa_bwd_desc *desc, int arch,
                                 const char *arch_origin,
-                                const char *no_device_reason,
+                                const char *no_device_message,
                                 sdpa_bwd_desc *resolved) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
   if (!desc || !resolved)
@@ -346,7 +347,8 @@ static sdpa_status resolve_desc(const sdpa_bwd_desc *desc, int arch,
       return status;
   if ((status = resolve_lse(&d))) return status;
 
-  if ((status = check_arch(arch, arch_origin, no_device_reason))) return status;
+  if ((status = check_arch(arch, arch_origin, no_device_message)))
+    return status;
   d.arch = arch;
 
   *resolved = d;
@@ -409,7 +411,7 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
                                  const sdpa_bwd_desc *desc) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
   sdpa_bwd_plan *plan = NULL;
-  char no_device_reason[512] = "";
+  char no_device_message[1024] = "";
 
   if (!out)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
@@ -438,11 +440,11 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
     origin = runtime->options.arch ? "the runtime option arch"
                                    : "the current device's arch";
     arch = sdpa_runtime_arch(runtime);
-    if (arch == 0)
-      snprintf(no_device_reason, sizeof no_device_reason, "%s",
+    if (arch == 0) /* sdpa_runtime_arch said why */
+      snprintf(no_device_message, sizeof no_device_message, "%s",
                sdpa_last_error());
   }
-  if ((status = resolve_desc(desc, arch, origin, no_device_reason,
+  if ((status = resolve_desc(desc, arch, origin, no_device_message,
                              &plan->desc)))
     goto done;
 

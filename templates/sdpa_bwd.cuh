@@ -64,15 +64,32 @@ __host__ __device__ constexpr int split_rows(int R, int C, int W) {
     const int wc = W / wr;
     if (R % (16 * wr) != 0 || C % (16 * wc) != 0) continue;
     const int c = R / wr + C / wc;
-    if (c < cost || (c == cost && R / wr >= C / wc)) { cost = c; best = wr; }
+    if (c < cost || (c == cost && R / wr <= C / wc)) { cost = c; best = wr; }
   }
   return best;
 }
-#define S_WM split_rows(M, N, NW)   /* S, dP: M x N            */
+#ifndef S_WM /* S, dP: M x N, 16 rows a warp (register pressure peaks
+                 here, next to dK/dV: a 16-row A operand is the smallest) */
+#define S_WM (M / 16 < NW ? M / 16 : NW)
+#endif
 #define S_WN (NW / S_WM)
+/* Deterministic mode spends registers on the ordered dQ hand-off, so it
+ * takes 16-row warp tiles (the smallest A operands) everywhere. */
+#ifndef KV_WN
+#if SDPA_DETERMINISTIC
+#define KV_WN (N / 16 < NW ? N / 16 : NW)
+#else
 #define KV_WN split_rows(N, DV, NW) /* dK, dV: N x D / N x DV  */
+#endif
+#endif
 #define KV_WD (NW / KV_WN)
+#ifndef Q_WM
+#if SDPA_DETERMINISTIC
+#define Q_WM (M / 16 < NW ? M / 16 : NW)
+#else
 #define Q_WM split_rows(M, D, NW)   /* dQ: M x D               */
+#endif
+#endif
 #define Q_WD (NW / Q_WM)
 #define S_TM (M / S_WM)
 #define S_TN (N / S_WN)
@@ -353,51 +370,72 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
     const float *lse = sLSE + stage * M;
     const float *dlt = sDelta + stage * M;
 
-    /* ---- S = Q K^T and dP = dO V^T over this warp's S tile. */
+    /* ---- S = Q K^T -> P (to smem, and kept packed in registers), then
+     * dP = dO V^T -> dS = P * (dP - Delta) (to smem). Holding P packed in
+     * 16-bit pairs rather than as fp32 keeps S and dP from being live
+     * together next to the dK/dV accumulators; dS then uses the same
+     * rounded P that dV = P^T dO uses. */
     {
-      float acc_s[S_TM / 16][S_TN / 8][4];
+      u32 p_pk[S_TM / 16][2][S_TN / 8];
+      {
+        float acc_s[S_TM / 16][S_TN / 8][4];
+        zero_acc(acc_s);
+        warp_gemm<DT, S_TM, S_TN, D, false, false>(acc_s, sQ + s_m * LD_D, LD_D,
+                                                   sK + s_n * LD_D, LD_D);
+        /* Does this tile pair need element-wise masking? */
+        bool full = SDPA_EVEN || (i0 + M <= sq && k0 + N <= skv);
+        if (band.right >= 0 && k0 + N - 1 > i0 + band.off + band.right) full = false;
+        if (band.left >= 0 && k0 < i0 + M - 1 + band.off - band.left) full = false;
+#pragma unroll
+        for (int mi = 0; mi < S_TM / 16; ++mi)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int r = s_m + mi * 16 + g + hf * 8;
+            /* exp2 domain; a row whose LSE is -inf sees no key: P = 0. */
+            float row_lse = lse[r];
+            row_lse = row_lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
+                                                            : row_lse * LOG2E;
+            /* Visible columns of this row within the tile: [cmin, cmax]. */
+            int cmin = 0, cmax = N - 1;
+            if (!full) {
+              const int i = i0 + r;
+              cmax = min(N, skv - k0) - 1;
+              if (!SDPA_EVEN && i >= sq) cmax = -1;
+              if (band.right >= 0) cmax = min(cmax, i + band.off + band.right - k0);
+              if (band.left >= 0) cmin = max(cmin, i + band.off - band.left - k0);
+            }
+#pragma unroll
+            for (int nj = 0; nj < S_TN / 8; ++nj) {
+              float pv[2];
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int c = s_n + nj * 8 + 2 * t + e;
+                const float pe = fast_exp2(acc_s[mi][nj][hf * 2 + e] * p.scale_log2 - row_lse);
+                pv[e] = (c < cmin || c > cmax) ? 0.f : pe;
+              }
+              p_pk[mi][hf][nj] = pack2<DT>(pv[0], pv[1]);
+              *(u32 *)(sP + r * LD_N + s_n + nj * 8 + 2 * t) = p_pk[mi][hf][nj];
+            }
+          }
+      }
       float acc_dp[S_TM / 16][S_TN / 8][4];
-      zero_acc(acc_s);
       zero_acc(acc_dp);
-      warp_gemm<DT, S_TM, S_TN, D, false, false>(acc_s, sQ + s_m * LD_D, LD_D,
-                                                 sK + s_n * LD_D, LD_D);
       warp_gemm<DT, S_TM, S_TN, DV, false, false>(acc_dp, sdO + s_m * LD_DV, LD_DV,
                                                   sV + s_n * LD_DV, LD_DV);
-      /* Does this tile pair need element-wise masking? */
-      bool full = SDPA_EVEN || (i0 + M <= sq && k0 + N <= skv);
-      if (band.right >= 0 && k0 + N - 1 > i0 + band.off + band.right) full = false;
-      if (band.left >= 0 && k0 < i0 + M - 1 + band.off - band.left) full = false;
 #pragma unroll
       for (int mi = 0; mi < S_TM / 16; ++mi)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const int r = s_m + mi * 16 + g + hf * 8;
-          /* exp2 domain; a row whose LSE is -inf sees no key: P = 0. */
-          float row_lse = lse[r];
-          row_lse = row_lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
-                                                          : row_lse * LOG2E;
           const float row_delta = dlt[r];
-          const int i = i0 + r;
 #pragma unroll
           for (int nj = 0; nj < S_TN / 8; ++nj) {
-            float pv[2], ds[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int c = s_n + nj * 8 + 2 * t + e;
-              float pe = fast_exp2(acc_s[mi][nj][hf * 2 + e] * p.scale_log2 - row_lse);
-              if (!full) {
-                const int k = k0 + c;
-                bool vis = SDPA_EVEN || (i < sq && k < skv);
-                if (band.right >= 0 && k > i + band.off + band.right) vis = false;
-                if (band.left >= 0 && k < i + band.off - band.left) vis = false;
-                if (!vis) pe = 0.f;
-              }
-              pv[e] = pe;
-              ds[e] = pe * (acc_dp[mi][nj][hf * 2 + e] - row_delta);
-            }
-            const int c = s_n + nj * 8 + 2 * t;
-            *(u32 *)(sP + r * LD_N + c) = pack2<DT>(pv[0], pv[1]);
-            *(u32 *)(sdS + r * LD_N + c) = pack2<DT>(ds[0], ds[1]);
+            const u32 pp = p_pk[mi][hf][nj];
+            const float p0 = to_float<DT>((u16)(pp & 0xffff));
+            const float p1 = to_float<DT>((u16)(pp >> 16));
+            *(u32 *)(sdS + r * LD_N + s_n + nj * 8 + 2 * t) =
+                pack2<DT>(p0 * (acc_dp[mi][nj][hf * 2] - row_delta),
+                          p1 * (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
           }
         }
     }

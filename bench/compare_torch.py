@@ -1,0 +1,514 @@
+#!/usr/bin/env python3
+"""compare_torch.py — sdpa-jit's backward side by side with PyTorch's.
+
+In one process on a GPU machine with PyTorch: loads libsdpa_jit.so with
+ctypes (the structs below mirror include/sdpa_jit.h field for field), makes
+the tensors with torch, runs torch.nn.functional.scaled_dot_product_attention
+forward with requires_grad under the FLASH_ATTENTION and CUDNN_ATTENTION
+backends, and times the backward of each backend and of sdpa-jit with
+torch.cuda.Event (median of >= 20 runs after warm-up). sdpa-jit gets
+PyTorch's own tensors (data_ptr() and their strides: torch's [B, H, S, D]
+is just another set of BSHD strides), the LSE computed in torch (fp32,
+chunked logsumexp of the scaled scores), flash's O, and PyTorch's current
+stream. Its gradients are checked against flash's (relative error
+||ours - flash|| / ||flash||: bf16 <= 1e-2, fp16 <= 4e-3, which is twice
+each implementation's own fp16 tolerance of 2e-3 against float64).
+
+TFLOP/s = 4 * B * H * Sq * Skv * D * 2.5 / time, halved for causal; the
+grid is bench_bwd's (bf16 first). GQA runs torch with enable_gqa=True, or,
+where a backend refuses it, with K/V expanded by repeat_interleave (marked
+'*': that backward includes the group sum). THD runs torch on nested
+(jagged) tensors where the backend supports them, else 'n/a'.
+
+  python3 bench/compare_torch.py --lib build/libsdpa_jit.so [--quick]
+      [--dtype bf16|fp16] [--hd 64|128] [--runs N] [--csv FILE]
+"""
+import argparse
+import ctypes
+import math
+import statistics
+import sys
+
+# ----------------------------------------------------------- sdpa_jit.h
+
+SDPA_STATUS_SUCCESS = 0
+SDPA_DTYPE_FP16, SDPA_DTYPE_BF16 = 1, 2
+SDPA_LAYOUT_BSHD, SDPA_LAYOUT_THD = 1, 2
+SDPA_MASK_NONE, SDPA_MASK_CAUSAL_TOP_LEFT = 0, 1
+SDPA_MASK_CAUSAL_BOTTOM_RIGHT, SDPA_MASK_SLIDING_WINDOW = 2, 3
+SDPA_RUNTIME_OPTIONS_VERSION = 1
+SDPA_BWD_DESC_VERSION = 1
+SDPA_BWD_TENSORS_VERSION = 1
+
+c_enum = ctypes.c_int  # C enums of this ABI are int
+
+
+class Strides(ctypes.Structure):
+    """sdpa_strides: element strides of [batch, seq, heads, dim]."""
+    _fields_ = [("batch", ctypes.c_int64), ("seq", ctypes.c_int64),
+                ("head", ctypes.c_int64)]
+
+
+class LseStrides(ctypes.Structure):
+    """sdpa_lse_strides: LSE[b, h, s] at b*batch + h*head + s*seq."""
+    _fields_ = [("batch", ctypes.c_int64), ("head", ctypes.c_int64),
+                ("seq", ctypes.c_int64)]
+
+
+class RuntimeOptions(ctypes.Structure):
+    """sdpa_runtime_options."""
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("cache_path", ctypes.c_char_p),
+        ("readonly_cache_paths", ctypes.POINTER(ctypes.c_char_p)),
+        ("readonly_cache_count", ctypes.c_size_t),
+        ("disable_disk_cache", ctypes.c_int),
+        ("cache_max_bytes", ctypes.c_int64),
+        ("arch", ctypes.c_int),
+        ("log", ctypes.c_void_p),  # sdpa_log_fn
+        ("log_user", ctypes.c_void_p),
+    ]
+
+
+class BwdDesc(ctypes.Structure):
+    """sdpa_bwd_desc."""
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("dtype", c_enum),
+        ("layout", c_enum),
+        ("batch", ctypes.c_int),
+        ("heads_q", ctypes.c_int),
+        ("heads_kv", ctypes.c_int),
+        ("seqlen_q", ctypes.c_int),
+        ("seqlen_kv", ctypes.c_int),
+        ("head_dim", ctypes.c_int),
+        ("head_dim_v", ctypes.c_int),
+        ("q", Strides), ("k", Strides), ("v", Strides), ("o", Strides),
+        ("dout", Strides), ("dq", Strides), ("dk", Strides), ("dv", Strides),
+        ("lse", LseStrides),
+        ("max_total_q", ctypes.c_int64),
+        ("max_total_kv", ctypes.c_int64),
+        ("mask", c_enum),
+        ("window_left", ctypes.c_int),
+        ("window_right", ctypes.c_int),
+        ("scale", ctypes.c_float),
+        ("deterministic", ctypes.c_int),
+        ("arch", ctypes.c_int),
+    ]
+
+
+class BwdTensors(ctypes.Structure):
+    """sdpa_bwd_tensors (device pointers as void *)."""
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p), ("dout", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("dq", ctypes.c_void_p), ("dk", ctypes.c_void_p), ("dv", ctypes.c_void_p),
+        ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_kv", ctypes.c_void_p),
+        ("total_q", ctypes.c_int64), ("total_kv", ctypes.c_int64),
+    ]
+
+
+class SdpaJit:
+    """The few entry points this script calls, with their C signatures."""
+
+    def __init__(self, path):
+        lib = ctypes.CDLL(path)
+        p, vp = ctypes.POINTER, ctypes.c_void_p
+        sig = {
+            "sdpa_status_name": (ctypes.c_char_p, [c_enum]),
+            "sdpa_last_error": (ctypes.c_char_p, []),
+            "sdpa_version": (ctypes.c_char_p, []),
+            "sdpa_runtime_create": (c_enum, [p(vp), p(RuntimeOptions)]),
+            "sdpa_runtime_destroy": (None, [vp]),
+            "sdpa_runtime_cache_path": (ctypes.c_char_p, [vp]),
+            "sdpa_bwd_plan_create": (c_enum, [p(vp), vp, p(BwdDesc)]),
+            "sdpa_bwd_plan_destroy": (None, [vp]),
+            "sdpa_bwd_workspace_size": (ctypes.c_size_t, [vp]),
+            "sdpa_bwd_plan_key": (ctypes.c_char_p, [vp]),
+            "sdpa_bwd_compile": (c_enum, [vp, p(c_enum)]),
+            "sdpa_bwd_plan_compile_log": (ctypes.c_char_p, [vp]),
+            "sdpa_bwd_execute": (c_enum, [vp, p(BwdTensors), vp, ctypes.c_size_t, vp]),
+            "sdpa_bwd_sync_check": (c_enum, [vp, vp]),
+        }
+        for name, (restype, argtypes) in sig.items():
+            fn = getattr(lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+        self.lib = lib
+
+    def check(self, status, what):
+        if status != SDPA_STATUS_SUCCESS:
+            name = self.lib.sdpa_status_name(status).decode()
+            raise RuntimeError(f"{what}: {name}: {self.lib.sdpa_last_error().decode()}")
+
+    def runtime(self):
+        rt = ctypes.c_void_p()
+        self.check(self.lib.sdpa_runtime_create(ctypes.byref(rt), None), "sdpa_runtime_create")
+        return rt
+
+    def plan(self, runtime, desc):
+        plan = ctypes.c_void_p()
+        self.check(self.lib.sdpa_bwd_plan_create(ctypes.byref(plan), runtime, ctypes.byref(desc)),
+                   "sdpa_bwd_plan_create")
+        source = c_enum(0)
+        status = self.lib.sdpa_bwd_compile(plan, ctypes.byref(source))
+        if status != SDPA_STATUS_SUCCESS:
+            log = self.lib.sdpa_bwd_plan_compile_log(plan).decode(errors="replace")
+            self.lib.sdpa_bwd_plan_destroy(plan)
+            self.check(status, "sdpa_bwd_compile\n" + log[:2000])
+        return plan
+
+
+# --------------------------------------------------------------- torch
+
+
+def bshd_strides(t):
+    """BSHD element strides of a [B, H, S, D] torch tensor (last dim contiguous)."""
+    assert t.stride(3) == 1, "the last dim must be contiguous"
+    return Strides(t.stride(0), t.stride(2), t.stride(1))
+
+
+def thd_strides(t):
+    """THD strides of a [T, H, D] tensor."""
+    assert t.stride(2) == 1
+    return Strides(0, t.stride(0), t.stride(1))
+
+
+def rel_err(x, ref):
+    x, ref = x.float(), ref.float()
+    den = ref.norm().item()
+    num = (x - ref).norm().item()
+    return num / den if den > 0 else num
+
+
+def lse_dense(q, k, causal, scale):
+    """LSE [B, H, S] fp32 of q [B, H, S, D], k [B, Hkv, S, D], chunked over queries."""
+    import torch
+    b, h, s, d = q.shape
+    group = h // k.shape[1]
+    out = torch.empty(b, h, s, dtype=torch.float32, device=q.device)
+    chunk = max(1, min(s, (1 << 28) // max(1, h * k.shape[2] * 4)))
+    kf = k.float().repeat_interleave(group, dim=1) if group > 1 else k.float()
+    for bi in range(b):
+        for i0 in range(0, s, chunk):
+            i1 = min(s, i0 + chunk)
+            scores = torch.matmul(q[bi, :, i0:i1].float(), kf[bi].transpose(-1, -2)) * scale
+            if causal:
+                rows = torch.arange(i0, i1, device=q.device)[:, None]
+                cols = torch.arange(k.shape[2], device=q.device)[None, :]
+                scores.masked_fill_(cols > rows, float("-inf"))
+            out[bi, :, i0:i1] = torch.logsumexp(scores, dim=-1)
+            del scores
+    return out
+
+
+def time_cuda(fn, runs, warmup=3):
+    """Median milliseconds of fn() over `runs` event-timed calls."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    for i in range(runs):
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def case_flops(c):
+    if c["layout"] == "thd":
+        pairs = sum(n * n for n in c["lens"])
+    else:
+        pairs = c["batch"] * c["seqlen"] ** 2
+    flops = 4.0 * pairs * c["heads_q"] * c["head_dim"] * 2.5
+    return flops / 2 if c["causal"] else flops
+
+
+def torch_backend_bshd(backend, q, k, v, dout, causal):
+    """Forward under one backend; returns (backward fn, out, grads, expanded flag)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+    group = q.shape[1] // k.shape[1]
+    expanded = False
+    with sdpa_kernel(backend):
+        try:
+            if group > 1:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        except (RuntimeError, TypeError):
+            if group == 1:
+                raise
+            expanded = True
+            out = F.scaled_dot_product_attention(q, k.repeat_interleave(group, dim=1),
+                                                 v.repeat_interleave(group, dim=1),
+                                                 is_causal=causal)
+
+    def backward():
+        return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+    return backward, out, backward(), expanded
+
+
+def ours_bshd(jit, runtime, c, q, k, v, o, dout, lse, causal):
+    """Plans, compiles and returns (execute fn, dq, dk, dv)."""
+    import torch
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    desc = BwdDesc()
+    desc.version = SDPA_BWD_DESC_VERSION
+    desc.dtype = SDPA_DTYPE_BF16 if q.dtype == torch.bfloat16 else SDPA_DTYPE_FP16
+    desc.layout = SDPA_LAYOUT_BSHD
+    desc.batch, desc.heads_q, desc.heads_kv = q.shape[0], q.shape[1], k.shape[1]
+    desc.seqlen_q, desc.seqlen_kv = q.shape[2], k.shape[2]
+    desc.head_dim = desc.head_dim_v = q.shape[3]
+    desc.q, desc.k, desc.v = bshd_strides(q), bshd_strides(k), bshd_strides(v)
+    desc.o, desc.dout = bshd_strides(o), bshd_strides(dout)
+    desc.dq, desc.dk, desc.dv = bshd_strides(dq), bshd_strides(dk), bshd_strides(dv)
+    desc.lse = LseStrides(lse.stride(0), lse.stride(1), lse.stride(2))
+    desc.mask = SDPA_MASK_CAUSAL_TOP_LEFT if causal else SDPA_MASK_NONE
+    return _ours(jit, runtime, desc, q, k, v, o, dout, lse, dq, dk, dv, None, 0, 0)
+
+
+def _ours(jit, runtime, desc, q, k, v, o, dout, lse, dq, dk, dv, cu, total_q, total_kv):
+    import torch
+    plan = jit.plan(runtime, desc)
+    ws_bytes = jit.lib.sdpa_bwd_workspace_size(plan)
+    workspace = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=q.device)
+    t = BwdTensors()
+    t.version = SDPA_BWD_TENSORS_VERSION
+    t.q, t.k, t.v, t.o, t.dout = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), dout.data_ptr()
+    t.lse = lse.data_ptr()
+    t.dq, t.dk, t.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+    if cu is not None:
+        t.cu_seqlens_q = t.cu_seqlens_kv = cu.data_ptr()
+        t.total_q, t.total_kv = total_q, total_kv
+
+    def execute():
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        jit.check(jit.lib.sdpa_bwd_execute(plan, ctypes.byref(t), ctypes.c_void_p(workspace.data_ptr()),
+                                           ws_bytes, stream), "sdpa_bwd_execute")
+
+    execute()
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    jit.check(jit.lib.sdpa_bwd_sync_check(plan, stream), "sdpa_bwd_sync_check")
+    execute.keep = (plan, workspace, t)  # alive as long as the closure
+    return execute, dq, dk, dv
+
+
+def run_bshd(jit, runtime, c, runs):
+    import torch
+    from torch.nn.attention import SDPBackend
+    dtype = torch.bfloat16 if c["dtype"] == "bf16" else torch.float16
+    b, h, hkv, s, d = c["batch"], c["heads_q"], c["heads_kv"], c["seqlen"], c["head_dim"]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(b, h, s, d, dtype=dtype, device="cuda", generator=gen).requires_grad_()
+    k = torch.randn(b, hkv, s, d, dtype=dtype, device="cuda", generator=gen).requires_grad_()
+    v = torch.randn(b, hkv, s, d, dtype=dtype, device="cuda", generator=gen).requires_grad_()
+    dout = torch.randn(b, h, s, d, dtype=dtype, device="cuda", generator=gen)
+    row = {"flash": None, "cudnn": None, "ours": None, "check": "", "note": ""}
+    flash_grads, o = None, None
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            backward, out, grads, expanded = torch_backend_bshd(backend, q, k, v, dout, c["causal"])
+            row[name] = time_cuda(backward, runs)
+            if expanded:
+                row["note"] += f"{name}* "
+            if name == "flash":
+                flash_grads, o = grads, out.detach()
+            del backward, out, grads
+        except RuntimeError as e:
+            row["note"] += f"{name}: {str(e).splitlines()[0][:60]} "
+    if o is None:  # no flash: O from the default backend
+        import torch.nn.functional as F
+        with torch.no_grad():
+            o = F.scaled_dot_product_attention(q, k.repeat_interleave(h // hkv, dim=1),
+                                               v.repeat_interleave(h // hkv, dim=1),
+                                               is_causal=c["causal"])
+    with torch.no_grad():
+        lse = lse_dense(q.detach(), k.detach(), c["causal"], 1.0 / math.sqrt(d))
+        execute, dq, dk, dv = ours_bshd(jit, runtime, c, q.detach(), k.detach(), v.detach(), o,
+                                        dout, lse, c["causal"])
+        row["ours"] = time_cuda(execute, runs)
+        if flash_grads is not None:
+            errs = [rel_err(x, r) for x, r in zip((dq, dk, dv), flash_grads)]
+            row["errs"] = errs
+            row["ok"] = all(e <= c["tol"] for e in errs)
+    return row
+
+
+def run_thd(jit, runtime, c, runs):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    dtype = torch.bfloat16 if c["dtype"] == "bf16" else torch.float16
+    lens, h, d = c["lens"], c["heads_q"], c["head_dim"]
+    total = sum(lens)
+    cu_list = [0]
+    for n in lens:
+        cu_list.append(cu_list[-1] + n)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(total, h, d, dtype=dtype, device="cuda", generator=gen).requires_grad_()
+    k = torch.randn(total, h, d, dtype=dtype, device="cuda", generator=gen).requires_grad_()
+    v = torch.randn(total, h, d, dtype=dtype, device="cuda", generator=gen).requires_grad_()
+    dout = torch.randn(total, h, d, dtype=dtype, device="cuda", generator=gen)
+    offsets = torch.tensor(cu_list, dtype=torch.int64, device="cuda")
+    row = {"flash": None, "cudnn": None, "ours": None, "check": "", "note": "torch on nested jagged tensors; "}
+    flash_grads, o = None, None
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            nest = [torch.nested.nested_tensor_from_jagged(x, offsets).transpose(1, 2) for x in (q, k, v)]
+            with sdpa_kernel(backend):
+                out = F.scaled_dot_product_attention(*nest, is_causal=c["causal"])
+            out_values = out.transpose(1, 2).values()
+
+            def backward(out_values=out_values):
+                return torch.autograd.grad(out_values, (q, k, v), dout, retain_graph=True)
+
+            grads = backward()
+            row[name] = time_cuda(backward, runs)
+            if name == "flash":
+                flash_grads, o = grads, out_values.detach().contiguous()
+            del out, out_values, grads, backward
+        except (RuntimeError, NotImplementedError, AttributeError, TypeError) as e:
+            row["note"] += f"{name}: n/a ({str(e).splitlines()[0][:50]}) "
+    with torch.no_grad():
+        if o is None:  # O per sequence from the default backend
+            o = torch.empty_like(q)
+            for i, n in enumerate(lens):
+                sl = slice(cu_list[i], cu_list[i] + n)
+                o[sl] = F.scaled_dot_product_attention(
+                    q[sl].transpose(0, 1)[None], k[sl].transpose(0, 1)[None],
+                    v[sl].transpose(0, 1)[None], is_causal=c["causal"])[0].transpose(0, 1)
+        lse = torch.empty(h, total, dtype=torch.float32, device="cuda")  # [h, t]
+        for i, n in enumerate(lens):
+            sl = slice(cu_list[i], cu_list[i] + n)
+            lse[:, sl] = lse_dense(q[sl].detach().transpose(0, 1)[None], k[sl].detach().transpose(0, 1)[None],
+                                   c["causal"], 1.0 / math.sqrt(d))[0]
+        qd, kd, vd = q.detach(), k.detach(), v.detach()
+        dq, dk, dv = torch.empty_like(qd), torch.empty_like(kd), torch.empty_like(vd)
+        desc = BwdDesc()
+        desc.version = SDPA_BWD_DESC_VERSION
+        desc.dtype = SDPA_DTYPE_BF16 if dtype == torch.bfloat16 else SDPA_DTYPE_FP16
+        desc.layout = SDPA_LAYOUT_THD
+        desc.batch, desc.heads_q, desc.heads_kv = len(lens), h, h
+        desc.seqlen_q = desc.seqlen_kv = max(lens)
+        desc.head_dim = desc.head_dim_v = d
+        desc.q, desc.k, desc.v = thd_strides(qd), thd_strides(kd), thd_strides(vd)
+        desc.o, desc.dout = thd_strides(o), thd_strides(dout)
+        desc.dq, desc.dk, desc.dv = thd_strides(dq), thd_strides(dk), thd_strides(dv)
+        desc.lse = LseStrides(0, lse.stride(0), lse.stride(1))
+        desc.max_total_q = desc.max_total_kv = total
+        desc.mask = SDPA_MASK_CAUSAL_TOP_LEFT if c["causal"] else SDPA_MASK_NONE
+        cu = torch.tensor(cu_list, dtype=torch.int32, device="cuda")
+        execute, dq, dk, dv = _ours(jit, runtime, desc, qd, kd, vd, o, dout, lse, dq, dk, dv,
+                                    cu, total, total)
+        row["ours"] = time_cuda(execute, runs)
+        if flash_grads is not None:
+            errs = [rel_err(x, r) for x, r in zip((dq, dk, dv), flash_grads)]
+            row["errs"] = errs
+            row["ok"] = all(e <= c["tol"] for e in errs)
+    return row
+
+
+def grid(args):
+    cases = []
+    thd_lens = [4096, 512, 3000, 1500, 2048, 777, 3333, 1118]  # bench_bwd's, sum 16384
+    for dtype in ("bf16", "fp16"):
+        if (args.dtype and dtype != args.dtype) or (args.quick and dtype != "bf16"):
+            continue
+        tol = 1e-2 if dtype == "bf16" else 4e-3
+        for hd in (64, 128):
+            if (args.hd and hd != args.hd) or (args.quick and hd != 128):
+                continue
+            for causal in (False, True):
+                for s in (1024, 2048, 4096, 8192, 16384):
+                    if args.quick and s not in (2048, 8192):
+                        continue
+                    cases.append(dict(name=f"{dtype} bshd S{s // 1024}k hd{hd} {'causal' if causal else 'full'}",
+                                      dtype=dtype, layout="bshd", batch=16384 // s, heads_q=2048 // hd,
+                                      heads_kv=2048 // hd, seqlen=s, head_dim=hd, causal=causal, tol=tol))
+        if not args.hd or args.hd == 128:
+            for causal in (False, True):
+                tag = "causal" if causal else "full"
+                cases.append(dict(name=f"{dtype} gqa64/8 S4k hd128 {tag}", dtype=dtype, layout="bshd",
+                                  batch=4, heads_q=64, heads_kv=8, seqlen=4096, head_dim=128,
+                                  causal=causal, tol=tol))
+                cases.append(dict(name=f"{dtype} thd mixed hd128 {tag}", dtype=dtype, layout="thd",
+                                  lens=thd_lens, heads_q=16, heads_kv=16, head_dim=128,
+                                  causal=causal, tol=tol))
+    return cases
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", default="build/libsdpa_jit.so")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--dtype", choices=["bf16", "fp16"])
+    ap.add_argument("--hd", type=int, choices=[64, 128])
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--csv")
+    args = ap.parse_args()
+    runs = max(20, args.runs)
+
+    import torch
+    if not torch.cuda.is_available():
+        print("skipped: no CUDA device")
+        return 77
+    torch.empty(1, device="cuda")  # the primary context, current on this thread
+    jit = SdpaJit(args.lib)
+    runtime = jit.runtime()
+    cache = jit.lib.sdpa_runtime_cache_path(runtime)
+    print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
+          f"sdpa-jit {jit.lib.sdpa_version().decode()}; cache {cache.decode() if cache else '(memory)'}")
+
+    def tf(c, ms):
+        return case_flops(c) / (ms * 1e-3) / 1e12 if ms else None
+
+    def fmt(x, spec):
+        return format(x, spec) if x is not None else "n/a"
+
+    header = f"{'case':<30} {'flash':>7} {'cudnn':>7} {'ours':>7} {'/flash':>7} {'/cudnn':>7}  check"
+    print("\nTFLOP/s of the backward (median of %d runs)\n%s" % (runs, header))
+    csv = open(args.csv, "w") if args.csv else None
+    if csv:
+        csv.write("case,flash_tflops,cudnn_tflops,ours_tflops,ours_over_flash,ours_over_cudnn,"
+                  "err_dq,err_dk,err_dv,check,note\n")
+    failures = 0
+    for c in grid(args):
+        try:
+            row = run_thd(jit, runtime, c, runs) if c["layout"] == "thd" else run_bshd(jit, runtime, c, runs)
+        except RuntimeError as e:
+            failures += 1
+            print(f"{c['name']:<30} FAILED: {str(e).splitlines()[0]}")
+            continue
+        finally:
+            torch.cuda.empty_cache()
+        f, n, o = tf(c, row["flash"]), tf(c, row["cudnn"]), tf(c, row["ours"])
+        rf = o / f if f and o else None
+        rn = o / n if n and o else None
+        if "errs" in row:
+            check = ("ok" if row["ok"] else "MISMATCH") + " (%.1e %.1e %.1e)" % tuple(row["errs"])
+            failures += not row["ok"]
+        else:
+            check = "unchecked (no flash gradients)"
+        print(f"{c['name']:<30} {fmt(f, '7.1f')} {fmt(n, '7.1f')} {fmt(o, '7.1f')} "
+              f"{fmt(rf, '7.2f')} {fmt(rn, '7.2f')}  {check} {row['note']}".rstrip())
+        sys.stdout.flush()
+        if csv:
+            errs = row.get("errs", [float("nan")] * 3)
+            csv.write(f"{c['name']},{f or ''},{n or ''},{o or ''},{rf or ''},{rn or ''},"
+                      f"{errs[0]},{errs[1]},{errs[2]},{check.split()[0]},{row['note'].strip()}\n")
+    if csv:
+        csv.close()
+    jit.lib.sdpa_runtime_destroy(runtime)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
