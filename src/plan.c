@@ -469,6 +469,10 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   f->head_dim = d->head_dim;
   f->head_dim_v = d->head_dim_v;
   f->lse_packed = d->lse.seq == 1;
+  /* Packed THD LSE is [heads, total_q]: its head stride is the launch's
+   * token total, bound at execute. */
+  plan->lse_packed_default =
+      desc->lse.batch == 0 && desc->lse.head == 0 && desc->lse.seq == 0;
   f->layout = d->layout;
   f->mask = d->mask;
   f->deterministic = d->deterministic;
