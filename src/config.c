@@ -10,6 +10,7 @@
  * smallest; the first that fits the arch's shared memory wins.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "plan.h"
 #include "status.h"
@@ -49,8 +50,40 @@ static const config_row table[] = {
   {256, {{32, 64, 8, 2}, {32, 32, 4, 1}, {0}}},
 };
 
+/* Tuning knob: SDPA_JIT_TILES="q_tile,kv_tile,warps,stages" replaces the
+ * table's choice (for every head_dim) when it fits. Tiles are key fields,
+ * so such kernels get keys and cache rows of their own. */
+static sdpa_status config_from_env(const sdpa_bwd_desc *d, int limit,
+                                   sdpa_kernel_config *out, int *used) {
+  const char *env = getenv("SDPA_JIT_TILES");
+  *used = 0;
+  if (!env || !*env) return SDPA_STATUS_SUCCESS;
+  sdpa_kernel_config c = {0, 0, 0, 0, 0};
+  if (sscanf(env, "%d,%d,%d,%d", &c.q_tile, &c.kv_tile, &c.warps, &c.stages) != 4 ||
+      (c.q_tile != 32 && c.q_tile != 64 && c.q_tile != 128) ||
+      (c.kv_tile != 32 && c.kv_tile != 64 && c.kv_tile != 128) ||
+      (c.warps != 4 && c.warps != 8) || (c.stages != 1 && c.stages != 2))
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "SDPA_JIT_TILES = \"%s\" is not valid: expected "
+                          "\"q_tile,kv_tile,warps,stages\" with tiles 32, 64 or "
+                          "128, warps 4 or 8, stages 1 or 2",
+                          env);
+  c.smem_bytes = sdpa_config_smem_bytes(d->head_dim, d->head_dim_v, &c);
+  if (c.smem_bytes > limit)
+    return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
+                          "SDPA_JIT_TILES = \"%s\" needs %d bytes of shared "
+                          "memory at head_dim %d; sm_%d allows %d",
+                          env, c.smem_bytes, d->head_dim, d->arch, limit);
+  *out = c;
+  *used = 1;
+  return SDPA_STATUS_SUCCESS;
+}
+
 sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, sdpa_kernel_config *out) {
   const int limit = sdpa_arch_smem_limit(d->arch);
+  int from_env = 0;
+  sdpa_status st = config_from_env(d, limit, out, &from_env);
+  if (st || from_env) return st;
   int smallest = 0;
   for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
     if (table[i].head_dim != d->head_dim) continue;

@@ -354,12 +354,19 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
 
   for (int st = 0; st < steps; ++st) {
     const int stage = SDPA_STAGES == 2 ? (st & 1) : 0;
-    if (SDPA_STAGES == 2 && st + 1 < steps) {
+#if SDPA_STAGES == 2
+    /* Prefetch the next step into the other buffer (freed by the barrier
+     * that ended the previous step), then wait for this step's group. */
+    if (st + 1 < steps) {
       issue(st + 1, stage ^ 1);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
+#else
+    if (st > 0) issue(st, 0); /* one buffer: load this step's tiles now */
+    cp_async_wait<0>();
+#endif
     __syncthreads();
 
     const int h = hk * p.group + st / n_tiles;
