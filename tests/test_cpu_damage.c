@@ -619,6 +619,81 @@ START_TEST(no_home_falls_back_to_temp) {
 }
 END_TEST
 
+/* The readable columns are advisory: anyone can write any number into
+ * them (the sqlite3 shell, a damaged or hostile shipped file). Rows that
+ * claim INT64_MAX cubin bytes and hits, in the user's database and in a
+ * shipped copy of it: the totals saturate instead of wrapping (a wrapped
+ * sum is negative), and the size cap still prunes those rows when a new
+ * kernel is stored. (fuzz_cache_open found the overflow.) */
+START_TEST(hostile_column_values) {
+  char *path = NULL;
+  char *dir = golden_copy("columns", &path);
+  sqlite3 *db = open_db(path);
+  char *sql = sqlite3_mprintf("UPDATE kernels SET cubin_bytes = %lld, hits = "
+                              "%lld WHERE key_hash IN (%Q, %Q)",
+                              (long long)INT64_MAX, (long long)INT64_MAX,
+                              golden.hash[0], golden.hash[1]);
+  ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_changes(db), 2);
+  sqlite3_free(sql);
+  sqlite3_close(db);
+  char *shipped = path_in(dir, "shipped.sqlite");
+  size_t size = 0;
+  unsigned char *bytes = read_whole(path, &size);
+  write_whole(shipped, bytes, size);
+  free(bytes);
+
+  const int64_t cap = 1 << 20;
+  log_counter log;
+  counter_init(&log);
+  sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
+  const char *layers[] = {shipped};
+  opts.cache_path = path;
+  opts.readonly_cache_paths = layers;
+  opts.readonly_cache_count = 1;
+  opts.cache_max_bytes = cap;
+  opts.arch = 90;
+  opts.log = count_log;
+  opts.log_user = &log;
+  sdpa_runtime *rt = NULL;
+  ck_assert_int_eq(sdpa_runtime_create(&rt, &opts), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(compile_key(rt, 0, NULL), SDPA_SOURCE_SHIPPED);
+  ck_assert_int_eq(compile_key(rt, 2, NULL), SDPA_SOURCE_SHIPPED);
+
+  sdpa_cache_stats stats;
+  ck_assert_int_eq(sdpa_cache_stats_get(rt, &stats), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(stats.entries, 2 * GOLDEN_KEYS);
+  ck_assert_int_eq(stats.readonly_entries, GOLDEN_KEYS);
+  ck_assert_msg(stats.cubin_bytes == INT64_MAX && stats.hits == INT64_MAX,
+                "totals wrapped: cubin_bytes %lld, hits %lld",
+                (long long)stats.cubin_bytes, (long long)stats.hits);
+  sdpa_cache_entry *entries = NULL;
+  size_t count = 0;
+  ck_assert_int_eq(sdpa_cache_list(rt, &entries, &count), SDPA_STATUS_SUCCESS);
+  ck_assert_uint_eq(count, 2 * GOLDEN_KEYS);
+  for (size_t i = 0; i < count; i++)
+    ck_assert_msg(entries[i].hits >= 0 && entries[i].cubin_bytes >= 0,
+                  "entry %s: hits %lld, cubin_bytes %lld", entries[i].key_hash,
+                  (long long)entries[i].hits,
+                  (long long)entries[i].cubin_bytes);
+  sdpa_cache_entries_free(entries, count);
+
+  /* A new kernel is stored: the cap (1 MiB) prunes the rows that claim
+   * more than it. */
+  ck_assert_int_eq(compile_key(rt, 4, NULL), SDPA_SOURCE_COMPILED);
+  sdpa_runtime_destroy(rt);
+  ck_assert_msg(log.warnings == 0, "warned: %s", log.text[0]);
+  ck_assert(has_row(path, 4));
+  ck_assert(!has_row(path, 0) && !has_row(path, 1));
+  ck_assert_int_le(db_int(path, "SELECT total(cubin_bytes) FROM kernels"), cap);
+  check_integrity(path);
+  free(shipped);
+  sdpa_test_rmtree(dir);
+  free(path);
+  free(dir);
+}
+END_TEST
+
 /* ------------------------------------------------------- full disks */
 
 /* What the child of writes_fail_with_efbig saw. */
@@ -869,6 +944,7 @@ static Suite *damage_suite(void) {
   tcase_add_test(files, newer_user_version);
   tcase_add_test(files, path_under_regular_file);
   tcase_add_test(files, no_home_falls_back_to_temp);
+  tcase_add_test(files, hostile_column_values);
   suite_add_tcase(s, files);
 
   TCase *disk = tcase_create("disk");
