@@ -448,8 +448,13 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
     }
     __syncthreads();
 
-    /* ---- dQacc += dS K first: its reductions drain to L2 while the
-     * tensor cores do dV and dK. */
+    /* ---- dV += P^T dO, dK += dS^T Q. */
+    warp_gemm<DT, KV_TN, KV_TDV, M, true, true>(acc_dv, sP + kv_n, LD_N,
+                                                sdO + kv_dv, LD_DV);
+    warp_gemm<DT, KV_TN, KV_TD, M, true, true>(acc_dk, sdS + kv_n, LD_N,
+                                               sQ + kv_d, LD_D);
+
+    /* ---- dQacc += dS K. */
     {
       float acc_dq[Q_TM / 16][Q_TD / 8][4];
       zero_acc(acc_dq);
@@ -494,12 +499,6 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
       }
 #endif
     }
-    /* ---- dV += P^T dO, dK += dS^T Q. */
-    warp_gemm<DT, KV_TN, KV_TDV, M, true, true>(acc_dv, sP + kv_n, LD_N,
-                                                sdO + kv_dv, LD_DV);
-    warp_gemm<DT, KV_TN, KV_TD, M, true, true>(acc_dk, sdS + kv_n, LD_N,
-                                               sQ + kv_d, LD_D);
-
     __syncthreads();
   }
 
