@@ -600,7 +600,8 @@ START_TEST(killed_lock_holder_does_not_block) {
                   r.error);
     ck_assert_msg(r.warnings == 0, "waiter %d warned: %s", w,
                   r.first_warning);
-    ck_assert_double_ge(r.waited_ms, HOLD_MS - 50); /* it really waited */
+    /* it really waited (the margin allows for a slow wake-up) */
+    ck_assert_double_ge(r.waited_ms, HOLD_MS - 500);
     compiled += r.source == SDPA_SOURCE_COMPILED;
     disk += r.source == SDPA_SOURCE_DISK;
     if (r.waited_ms > slowest) slowest = r.waited_ms;
