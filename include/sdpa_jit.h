@@ -262,7 +262,8 @@ SDPA_API void sdpa_bwd_plan_destroy(sdpa_bwd_plan *plan);
  * flags), 256-byte aligned. Under THD sized from max_total_q/kv. */
 SDPA_API size_t sdpa_bwd_workspace_size(const sdpa_bwd_plan *plan);
 
-/* The canonical key text of the plan's kernel ("arch=90;dtype=bf16;...").
+/* The canonical key text of the plan's kernel
+ * ("sdpa_bwd;arch=90;dtype=bf16;hd=128;...").
  * Owned by the plan. */
 SDPA_API const char *sdpa_bwd_plan_key(const sdpa_bwd_plan *plan);
 
@@ -300,7 +301,8 @@ SDPA_API const char *sdpa_bwd_plan_compile_log(const sdpa_bwd_plan *plan);
 /* Device pointers. In: q, k, v, o, dout (dtype), lse (fp32). Out: dq, dk,
  * dv (dtype), fully overwritten. THD: cu_seqlens_q/kv are int32 device
  * arrays of batch+1 offsets, total_q/total_kv the token totals (at most the
- * descriptor's max_total_q/kv). Pointers must be 16-byte aligned. */
+ * descriptor's max_total_q/kv). Tensor pointers must be 16-byte aligned;
+ * lse and cu_seqlens 4-byte aligned. */
 typedef struct sdpa_bwd_tensors {
   unsigned int version; /* SDPA_BWD_TENSORS_VERSION */
   const void *q, *k, *v, *o, *dout;
