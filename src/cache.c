@@ -139,6 +139,22 @@ static void warn_emit(const sdpa_cache *cache, warning_list *w) {
 
 static int64_t now_seconds(void) { return (int64_t)time(NULL); }
 
+/* The readable columns are advisory: anyone can write any number into them
+ * (the sqlite3 shell, a damaged or hostile file). Counts read from them are
+ * clamped to [0, INT64_MAX] and totals saturate instead of wrapping. */
+static int64_t count_add(int64_t a, int64_t b) {
+  int64_t sum;
+  if (a < 0) a = 0;
+  if (b < 0) b = 0;
+  return __builtin_add_overflow(a, b, &sum) ? INT64_MAX : sum;
+}
+
+static int64_t count_from_double(double v) {
+  if (!(v > 0)) return 0; /* also NaN */
+  if (v >= 9223372036854775807.0) return INT64_MAX;
+  return (int64_t)v;
+}
+
 static int64_t monotonic_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1048,9 +1064,8 @@ static int prune_to_size(sqlite3 *db, int64_t max_bytes, const char *keep,
   if (rc != SQLITE_OK) goto done;
   while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     const char *hash = (const char *)sqlite3_column_text(stmt, 0);
-    int64_t bytes = sqlite3_column_int64(stmt, 1);
     if (!hash) continue;
-    total += bytes;
+    total = count_add(total, sqlite3_column_int64(stmt, 1));
     if (total <= max_bytes) continue;
     if (keep && strcmp(hash, keep) == 0) continue; /* counted, never deleted */
     if (count == capacity) {
@@ -1137,7 +1152,7 @@ static void enforce_cap(sdpa_cache *cache, const char *keep, warning_list *w) {
   int rc = sqlite3_prepare_v2(db, "SELECT total(cubin_bytes) FROM kernels", -1,
                               &stmt, NULL);
   if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    total = (int64_t)sqlite3_column_double(stmt, 0);
+    total = count_from_double(sqlite3_column_double(stmt, 0));
     rc = SQLITE_OK;
   }
   sqlite3_finalize(stmt);
@@ -1358,11 +1373,11 @@ static int entry_from_row(sdpa_cache *cache, sqlite3_stmt *stmt,
   entry->mask = column_strdup(stmt, 10);
   entry->layout = column_strdup(stmt, 11);
   entry->nvrtc_version = column_strdup(stmt, 12);
-  entry->cubin_bytes = sqlite3_column_int64(stmt, 13);
+  entry->cubin_bytes = count_add(sqlite3_column_int64(stmt, 13), 0);
   entry->compile_ms = sqlite3_column_double(stmt, 14);
   entry->created = sqlite3_column_int64(stmt, 15);
   entry->last_used = sqlite3_column_int64(stmt, 16);
-  entry->hits = sqlite3_column_int64(stmt, 17);
+  entry->hits = count_add(sqlite3_column_int64(stmt, 17), 0);
   entry->readonly = layer->shipped;
   if (!entry->key_text || !entry->dtype || !entry->mask || !entry->layout ||
       !entry->nvrtc_version) {
@@ -1378,7 +1393,7 @@ static int entry_from_row(sdpa_cache *cache, sqlite3_stmt *stmt,
       cache, entry->key_hash,
       layer->shipped ? SDPA_SOURCE_SHIPPED : SDPA_SOURCE_DISK);
   if (pending) {
-    entry->hits += pending->hits;
+    entry->hits = count_add(entry->hits, pending->hits);
     if (pending->last_used > entry->last_used)
       entry->last_used = pending->last_used;
   }
@@ -1696,8 +1711,9 @@ sdpa_status sdpa_cache_get_stats(sdpa_cache *cache, sdpa_cache_stats *out) {
     if (rc == SQLITE_ROW) {
       int64_t entries = sqlite3_column_int64(stmt, 0);
       out->entries += entries;
-      out->cubin_bytes += (int64_t)sqlite3_column_double(stmt, 1);
-      out->hits += (int64_t)sqlite3_column_double(stmt, 2);
+      out->cubin_bytes =
+          count_add(out->cubin_bytes, count_from_double(sqlite3_column_double(stmt, 1)));
+      out->hits = count_add(out->hits, count_from_double(sqlite3_column_double(stmt, 2)));
       out->compile_ms_total += sqlite3_column_double(stmt, 3);
       if (layer->shipped) out->readonly_entries += entries;
       out->file_bytes += file_bytes(layer->path, "");
@@ -1711,7 +1727,8 @@ sdpa_status sdpa_cache_get_stats(sdpa_cache *cache, sdpa_cache_stats *out) {
     }
   }
   for (int b = 0; b < HIT_BUCKETS; b++)
-    for (hit_record *r = cache->hits[b]; r; r = r->next) out->hits += r->hits;
+    for (hit_record *r = cache->hits[b]; r; r = r->next)
+      out->hits = count_add(out->hits, r->hits);
   pthread_mutex_unlock(&cache->mutex);
   warn_emit(cache, &warnings);
   return status;
