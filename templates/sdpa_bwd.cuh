@@ -73,12 +73,13 @@ __host__ __device__ constexpr int split_rows(int R, int C, int W) {
 #define S_WM (M / 16 < NW ? M / 16 : NW)
 #endif
 #define S_WN (NW / S_WM)
-/* Deterministic mode (the ordered dQ hand-off) and the single-buffer
- * pipeline (loads issued inside the step) spend registers, so with 8 warps
- * they take 16-row warp tiles (the smallest A operands); with 4 warps the
+/* Deterministic mode (the ordered dQ hand-off), the single-buffer
+ * pipeline (loads issued inside the step) and sliding windows (run-time
+ * band bounds; spilled 24 B at hd 128 under THD) spend registers, so with
+ * 8 warps they take 16-row warp tiles (the smallest A operands); with 4 warps the
  * shapes above already fit (ptxas-checked, no spills). */
 #ifndef KV_WN
-#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1) && SDPA_WARPS == 8
+#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1 || SDPA_MASK == 3) && SDPA_WARPS == 8
 #define KV_WN (N / 16 < NW ? N / 16 : NW)
 #else
 #define KV_WN split_rows(N, DV, NW) /* dK, dV: N x D / N x DV  */
@@ -86,7 +87,7 @@ __host__ __device__ constexpr int split_rows(int R, int C, int W) {
 #endif
 #define KV_WD (NW / KV_WN)
 #ifndef Q_WM
-#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1) && SDPA_WARPS == 8
+#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1 || SDPA_MASK == 3) && SDPA_WARPS == 8
 #define Q_WM (M / 16 < NW ? M / 16 : NW)
 #else
 #define Q_WM split_rows(M, D, NW)   /* dQ: M x D               */

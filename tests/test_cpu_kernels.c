@@ -9,7 +9,8 @@
  * cores, so each arch x head_dim pair compiles three representatives
  * chosen to cover every field value and the heaviest code paths (bounds
  * checks + sliding window + strided LSE + deterministic hand-off; fully
- * even BSHD; bottom-right causal with uneven lengths and THD). The full
+ * even BSHD; bottom-right causal with uneven lengths; THD with top-left
+ * causal and with a window, not deterministic). The full
  * sweep's result is recorded in bench/NOTES.md.
  */
 #include <pthread.h>
@@ -34,6 +35,7 @@ static const variant variants[] = {
     {SDPA_DTYPE_BF16, SDPA_MASK_NONE, SDPA_LAYOUT_BSHD, 1, 0, 0},
     {SDPA_DTYPE_BF16, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, SDPA_LAYOUT_BSHD, 0, 1, 1},
     {SDPA_DTYPE_FP16, SDPA_MASK_CAUSAL_TOP_LEFT, SDPA_LAYOUT_THD, 0, 0, 0},
+    {SDPA_DTYPE_BF16, SDPA_MASK_SLIDING_WINDOW, SDPA_LAYOUT_THD, 0, 0, 0},
 };
 #define VARIANTS ((int)(sizeof variants / sizeof variants[0]))
 
