@@ -178,6 +178,10 @@ sdpa_status sdpa_runtime_create(sdpa_runtime **out,
   config.max_bytes = rt->options.cache_max_bytes;
   config.log = rt->options.log;
   config.log_user = rt->options.log_user;
+  /* How long a process waits for another's compile of the same key before
+   * compiling it itself (a holder that hangs); default 120 s. */
+  const char *lock_env = getenv("SDPA_JIT_LOCK_TIMEOUT_MS");
+  if (lock_env && atoi(lock_env) > 0) config.lock_timeout_ms = atoi(lock_env);
   status = sdpa_cache_open(&rt->cache, &config);
   if (status != SDPA_STATUS_SUCCESS) goto done;
 
