@@ -7,9 +7,13 @@
 # 1. Configures build-asan/ with -DSDPA_JIT_SANITIZE=ON, builds it, makes
 #    sure no test binary needs libcuda.so.1 (the driver is dlopen'd, so the
 #    CPU suites must start on a machine without one), and runs ctest there.
-#    CK_FORK=no runs each suite in one process, so LeakSanitizer checks the
-#    tests themselves at exit; any report fails the suite. GPU suites skip
-#    (exit 77) without a GPU.
+#    Check's fork mode is kept: LeakSanitizer runs when each test's process
+#    exits, and a leak fails that test ("Early exit with return value 1",
+#    the LSan report above it); the runner's own exit is checked too. Fork
+#    mode also keeps Check's timeouts, and tests that fork ranks never
+#    inherit a CUDA context on a GPU machine. (CK_FORK=no works as well
+#    here; set it in the environment to run each suite in one process.)
+#    GPU suites skip (exit 77) without a GPU.
 # 2. Builds test_cpu_hostile without sanitizers (build-rel/, override with
 #    VALGRIND_BUILD) and runs `test_cpu_hostile --leak-cycles 5` (create →
 #    plan → compile → inspect → destroy, error paths included) under
@@ -36,10 +40,9 @@ for binary in "$asan_build"/tests/test_cpu_* "$asan_build"/sdpa-jit \
   fi
 done
 
-export CK_FORK=no
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-echo "run_sanitized: ctest in $asan_build (CK_FORK=no)"
+echo "run_sanitized: ctest in $asan_build (CK_FORK=${CK_FORK:-yes})"
 (cd "$asan_build" && ctest --output-on-failure -j "$jobs" "$@")
 
 if ! command -v valgrind >/dev/null; then

@@ -51,6 +51,14 @@ static void ignore_log(sdpa_log_level level, const char *message, void *user) {
   (void)user;
 }
 
+static void empty_directory(const char *dir, int depth);
+
+/* At exit: the work directory goes (a crash leaves it for inspection). */
+static void remove_work_dir(void) {
+  empty_directory(work_dir, 0);
+  rmdir(work_dir);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
@@ -67,6 +75,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     fprintf(stderr, "fuzz_cache_open: cannot make a work directory\n");
     abort();
   }
+  atexit(remove_work_dir);
   return 0;
 }
 
