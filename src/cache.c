@@ -1587,6 +1587,23 @@ done:
   return status;
 }
 
+/* The status when a row found by find_key could not be read back: rc
+ * SQLITE_DONE (another process deleted it meanwhile) or a database error
+ * (handled by inspect_failed, which may recover the file). */
+static sdpa_status row_gone(sdpa_cache *cache, cache_layer *layer, int rc,
+                            const char *hash, warning_list *warnings) {
+  if (rc == SQLITE_DONE)
+    return sdpa_error_set(SDPA_STATUS_NOT_FOUND,
+                          "cache entry %s was removed meanwhile", hash);
+  sdpa_status status = inspect_failed(cache, layer, rc, warnings);
+  if (status == SDPA_STATUS_SUCCESS)
+    status = sdpa_error_set(SDPA_STATUS_NOT_FOUND,
+                            "cache entry %s was lost with its damaged "
+                            "database",
+                            hash);
+  return status;
+}
+
 sdpa_status sdpa_cache_get_entry(sdpa_cache *cache, const char *key,
                                  sdpa_cache_entry **out) {
   warning_list warnings = {0};
@@ -1619,16 +1636,8 @@ sdpa_status sdpa_cache_get_entry(sdpa_cache *cache, const char *key,
                               "out of host memory reading cache entry %s",
                               hash);
     }
-  } else if (rc == SQLITE_DONE) { /* deleted by another process meanwhile */
-    status = sdpa_error_set(SDPA_STATUS_NOT_FOUND,
-                            "cache entry %s was removed meanwhile", hash);
   } else {
-    status = inspect_failed(cache, layer, rc, &warnings);
-    if (status == SDPA_STATUS_SUCCESS)
-      status = sdpa_error_set(SDPA_STATUS_NOT_FOUND,
-                              "cache entry %s was lost with its damaged "
-                              "database",
-                              hash);
+    status = row_gone(cache, layer, rc, hash, &warnings);
   }
 done:
   sqlite3_finalize(stmt);
@@ -1666,16 +1675,8 @@ sdpa_status sdpa_cache_read_cubin(sdpa_cache *cache, const char *key,
                                 ? "; rebuild that file"
                                 : "; the row was removed and the kernel will "
                                   "be compiled again when next used");
-  } else if (rc == SQLITE_DONE) {
-    status = sdpa_error_set(SDPA_STATUS_NOT_FOUND,
-                            "cache entry %s was removed meanwhile", hash);
   } else {
-    status = inspect_failed(cache, layer, rc, &warnings);
-    if (status == SDPA_STATUS_SUCCESS)
-      status = sdpa_error_set(SDPA_STATUS_NOT_FOUND,
-                              "cache entry %s was lost with its damaged "
-                              "database",
-                              hash);
+    status = row_gone(cache, layer, rc, hash, &warnings);
   }
 done:
   pthread_mutex_unlock(&cache->mutex);
