@@ -16,6 +16,8 @@
  * D 128, S 4k); THD with mixed lengths. Options:
  *   --quick           a subset (bf16, hd 128, S 2k and 8k, GQA, THD)
  *   --dtype bf16|fp16 --hd 64|128   only those
+ *   --seq S           only the BSHD cases of sequence length S
+ *   --causal 0|1      only the non-causal (0) or causal (1) cases
  *   --runs N          timed runs per case (default 30, at least 20)
  *   --csv FILE        also write the rows as CSV
  * Exit: 0 when every case validated, 1 when one did not, 77 without a GPU.
@@ -460,11 +462,12 @@ static int add_case(bench_case *cases, int count, sdpa_dtype dtype, sdpa_layout 
 }
 
 static void usage(void) {
-  printf("usage: bench_bwd [--quick] [--dtype bf16|fp16] [--hd 64|128] [--runs N] [--csv FILE]\n");
+  printf("usage: bench_bwd [--quick] [--dtype bf16|fp16] [--hd 64|128] [--seq S] [--causal 0|1]\n"
+         "                 [--runs N] [--csv FILE]\n");
 }
 
 int main(int argc, char **argv) {
-  int quick = 0, runs = 30, only_hd = 0;
+  int quick = 0, runs = 30, only_hd = 0, only_seq = 0, only_causal = -1;
   sdpa_dtype only_dtype = 0;
   const char *csv_path = NULL;
   for (int i = 1; i < argc; i++) {
@@ -477,6 +480,8 @@ int main(int argc, char **argv) {
         return 2;
       }
     } else if (!strcmp(argv[i], "--hd") && i + 1 < argc) only_hd = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--seq") && i + 1 < argc) only_seq = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--causal") && i + 1 < argc) only_causal = atoi(argv[++i]) != 0;
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else {
@@ -501,14 +506,16 @@ int main(int argc, char **argv) {
         for (int si = 0; si < 5; si++) {
           int s = lengths[si];
           if (quick && s != 2048 && s != 8192) continue;
+          if ((only_seq && s != only_seq) || (only_causal >= 0 && causal != only_causal)) continue;
           char tag[32];
           snprintf(tag, sizeof tag, "bshd S%dk", s / 1024);
           count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, TOKENS / s, HIDDEN / hd,
                            HIDDEN / hd, s, hd, causal, tag);
         }
     }
-    if (!only_hd || only_hd == 128)
+    if ((!only_hd || only_hd == 128) && !only_seq)
       for (int causal = 0; causal < 2; causal++) {
+        if (only_causal >= 0 && causal != only_causal) continue;
         count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, TOKENS / 4096, 64, 8, 4096, 128,
                          causal, "gqa64/8 S4k");
         count = add_case(cases, count, dtype, SDPA_LAYOUT_THD, 0, HIDDEN / 128, HIDDEN / 128, 0,

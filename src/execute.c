@@ -171,6 +171,8 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
   p.seqlen_q = d->seqlen_q;
   p.seqlen_kv = d->seqlen_kv;
   p.q_tiles = (d->seqlen_q + c->q_tile - 1) / c->q_tile;
+  p.q_blocks = (d->seqlen_q + 15) / 16;
+  p.dq_blocks = thd ? p.rows_q / 16 + d->batch + 1 : (int64_t)d->batch * p.q_blocks;
   p.window_left = d->mask == SDPA_MASK_SLIDING_WINDOW ? d->window_left : -1;
   p.window_right = d->mask == SDPA_MASK_SLIDING_WINDOW ? d->window_right : -1;
   p.scale = d->scale;
@@ -182,12 +184,14 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
   const int64_t aux_blocks = (items + 7) / 8;
   const int64_t kv_tiles = (d->seqlen_kv + c->kv_tile - 1) / c->kv_tile;
   const int64_t main_x = kv_tiles * d->batch;
-  if (aux_blocks > INT32_MAX || main_x > INT32_MAX || d->heads_kv > 65535)
+  const int64_t convert_x = (int64_t)p.q_blocks * d->batch * d->heads_q;
+  int64_t largest = aux_blocks > main_x ? aux_blocks : main_x;
+  if (convert_x > largest) largest = convert_x;
+  if (largest > INT32_MAX || d->heads_kv > 65535)
     return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
                           "the launch grid is too large (%lld x %d blocks): "
                           "split the batch",
-                          (long long)(aux_blocks > main_x ? aux_blocks : main_x),
-                          d->heads_kv);
+                          (long long)largest, d->heads_kv);
   if (aux_blocks > 0 || (d->deterministic && p.q_tiles > 0)) {
     unsigned blocks = aux_blocks > 0 ? (unsigned)aux_blocks : 1;
     SDPA_CU_CHECK(drv, drv->cuLaunchKernel(m->preprocess, blocks, 1, 1,
@@ -200,8 +204,8 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
                                            32u * (unsigned)c->warps, 1, 1,
                                            (unsigned)c->smem_bytes, s, args, NULL),
                   "launching sdpa_bwd_main");
-  if (aux_blocks > 0)
-    SDPA_CU_CHECK(drv, drv->cuLaunchKernel(m->convert, (unsigned)aux_blocks, 1, 1,
+  if (aux_blocks > 0 && convert_x > 0)
+    SDPA_CU_CHECK(drv, drv->cuLaunchKernel(m->convert, (unsigned)convert_x, 1, 1,
                                            SDPA_AUX_THREADS, 1, 1, 0, s, args, NULL),
                   "launching sdpa_bwd_convert_dq");
   status = SDPA_STATUS_SUCCESS;

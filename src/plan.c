@@ -388,11 +388,15 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
 
   size_t total = 0;
   int64_t q_tiles = (d->seqlen_q + (int64_t)c->q_tile - 1) / c->q_tile;
-  const int64_t dq_accum[] = {plan->rows_q, d->heads_q, d->head_dim, 4};
+  /* dq_accum: 16-row blocks, each sequence starting a block of its own
+   * (templates/sdpa_params.h): THD needs at most total/16 + batch + 1. */
+  int64_t dq_blocks = thd ? plan->rows_q / 16 + d->batch + 1
+                          : (int64_t)d->batch * ((d->seqlen_q + 15) / 16);
+  const int64_t dq_accum[] = {dq_blocks, 16, d->heads_q, d->head_dim, 4};
   const int64_t delta[] = {plan->rows_q, d->heads_q, 4};
   const int64_t semaphores[] = {d->heads_q, d->batch, q_tiles, 4};
   const int64_t none[] = {0};
-  if (add_region(&total, &plan->ws_dq_accum, dq_accum, 4) ||
+  if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||
       add_region(&total, &plan->ws_delta, delta, 3) ||
       (d->deterministic
            ? add_region(&total, &plan->ws_semaphores, semaphores, 4)

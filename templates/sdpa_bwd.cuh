@@ -13,7 +13,8 @@
  *                          P = exp2(S*scale*log2e - LSE*log2e), masked to 0
  *                          dS = P * (dP - Delta)           -> P, dS to smem
  *                          dV += P^T dO, dK += dS^T Q      (warps split NxD)
- *                          dQacc += dS K  (fp32 atomics)   (warps split MxD)
+ *                          dQacc += dS K  (fp32 reductions (warps split MxD)
+ *                                          in fragment order)
  *                        epilogue dK *= scale, write dK, dV.
  *   sdpa_bwd_convert_dq  dQ = dtype(dQacc * scale).
  *
@@ -25,7 +26,8 @@
  *   SDPA_DETERMINISTIC; SDPA_EVEN (BSHD, lengths multiples of M and N).
  *
  * Launch contract (execute.c):
- *   preprocess / convert: grid ceil(rows_q*heads_q / 8), block 256, no smem.
+ *   preprocess: grid ceil(rows_q*heads_q / 8), block 256, no smem.
+ *   convert: grid q_blocks * batch * heads_q, block 256, no smem.
  *   main: grid (ceil(seqlen_kv / N) * batch, heads_kv), block 32*SDPA_WARPS,
  *         (x = b * kv_tiles + j: lower kv tiles of a sequence start first),
  *         dynamic smem sdpa_config_smem_bytes() (see SMEM_* below).
@@ -178,15 +180,33 @@ SDPA_DEVICE bool sequence_bounds(const sdpa_kernel_params &p, int b,
 #endif
 }
 
+/* First 16-row block of dq_accum owned by sequence `b` (sdpa_params.h). */
+SDPA_DEVICE sdpa_i64 dq_block_base(const sdpa_kernel_params &p, int b, sdpa_i64 q0) {
+#if SDPA_LAYOUT == 1
+  (void)q0;
+  return (sdpa_i64)b * p.q_blocks;
+#else
+  return q0 / 16 + b;
+#endif
+}
+
 /* ------------------------------------------------------------ preprocess */
 
-/* One warp per (row, head): Delta = sum(dO * O) over DV; zero dQacc. */
+/* Zeroes dQacc (a grid-stride sweep over its dq_blocks); then one warp per
+ * (row, head): Delta = sum(dO * O) over DV. */
 extern "C" __global__ void __launch_bounds__(256)
 sdpa_bwd_preprocess(const sdpa_kernel_params p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (SDPA_DETERMINISTIC && blockIdx.x == 0) {
     const int n = p.heads_q * p.batch * p.q_tiles;
     for (int i = threadIdx.x; i < n; i += blockDim.x) p.semaphores[i] = 0;
+  }
+  {
+    float4 *acc = (float4 *)p.dq_accum;
+    const sdpa_i64 n = p.dq_blocks * p.heads_q * (D * 4); /* 16 x D floats a block */
+    const sdpa_i64 stride = (sdpa_i64)gridDim.x * blockDim.x;
+    for (sdpa_i64 i = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+      acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   const sdpa_i64 item = (sdpa_i64)blockIdx.x * 8 + warp;
   if (item >= p.rows_q * p.heads_q) return;
@@ -211,49 +231,129 @@ sdpa_bwd_preprocess(const sdpa_kernel_params p) {
 #pragma unroll
   for (int s2 = 16; s2 > 0; s2 >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s2);
   if (lane == 0) p.delta[(sdpa_i64)h * p.rows_q + row] = sum;
-  float4 *acc = (float4 *)(p.dq_accum + item * D);
-  for (int d = lane; d < D / 4; d += 32) acc[d] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 /* --------------------------------------------------------------- convert */
 
-/* One warp per (row, head): dq = dtype(dQacc * scale). */
+/* One CTA per (16-row block of a sequence, head), grid.x = q_blocks *
+ * batch * heads_q: dq = dtype(dQacc * scale), reading the block's
+ * fragment-ordered pieces (one 16 x 8 piece per 32 threads). */
 extern "C" __global__ void __launch_bounds__(256)
 sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const sdpa_i64 item = (sdpa_i64)blockIdx.x * 8 + warp;
-  if (item >= p.rows_q * p.heads_q) return;
-  const sdpa_i64 row = item / p.heads_q;
-  const int h = (int)(item - row * p.heads_q);
+  sdpa_i64 x = blockIdx.x;
+  const int h = (int)(x % p.heads_q);
+  x /= p.heads_q;
+  const int blk = (int)(x % p.q_blocks), b = (int)(x / p.q_blocks);
+  sdpa_i64 q0, kv0;
+  int sq, skv;
+  if (!sequence_bounds(p, b, q0, kv0, sq, skv, false)) return; /* main flags it */
+  const int r0 = blk * 16;
+  if (r0 >= sq) return;
+  const float *src =
+      p.dq_accum + ((dq_block_base(p, b, q0) + blk) * p.heads_q + h) * (sdpa_i64)(D * 16);
 #if SDPA_LAYOUT == 1
-  const sdpa_i64 bb = row / p.seqlen_q, s = row - bb * p.seqlen_q;
-  const sdpa_i64 at = bb * p.dq_batch + s * p.dq_seq + h * p.dq_head;
+  u16 *dq = (u16 *)p.dq + (sdpa_i64)b * p.dq_batch + (sdpa_i64)h * p.dq_head;
 #else
-  const sdpa_i64 at = row * p.dq_seq + h * p.dq_head;
+  u16 *dq = (u16 *)p.dq + q0 * p.dq_seq + (sdpa_i64)h * p.dq_head;
 #endif
-  u16 *dq = (u16 *)p.dq + at;
-  const float *acc = p.dq_accum + item * D;
-  for (int d = lane * 2; d < D; d += 64) {
-    const float2 v = *(const float2 *)(acc + d);
-    *(u32 *)(dq + d) = pack2<DT>(v.x * p.scale, v.y * p.scale);
+  for (int i = threadIdx.x; i < D * 4; i += blockDim.x) {
+    const int piece = i >> 5, lane = i & 31;
+    float v[4];
+#if __CUDA_ARCH__ >= 900
+    const float4 f = *(const float4 *)(src + piece * 128 + lane * 4);
+    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+#else
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = src[piece * 128 + frag_at(lane, e)];
+#endif
+    const int col = piece * 8 + 2 * (lane & 3);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int row = r0 + (lane >> 2) + 8 * hf;
+      if (row < sq)
+        *(u32 *)(dq + (sdpa_i64)row * p.dq_seq + col) =
+            pack2<DT>(v[2 * hf] * p.scale, v[2 * hf + 1] * p.scale);
+    }
   }
 }
 
 /* ------------------------------------------------------------------ main */
 
-/* Copies a [rows x COLS] tile (row stride `stride` elements in global) into
- * shared memory with padded stride COLS+8; rows >= valid are zero-filled. */
+/* Copies a [ROWS x COLS] tile (global row stride `stride` elements) into
+ * shared memory at byte address `s` with row stride COLS+8, in 16-byte
+ * cp.async chunks; rows >= valid are zero-filled. When the block's
+ * threads tile a row's chunks evenly (COLS/8 divides NT) each thread keeps
+ * one column and steps by whole rows with no divisions;
+ * otherwise (head dims 96, 192) a plain loop hands chunk c to thread
+ * c % NT, which costs fewer registers than unrolling it. */
 template <int ROWS, int COLS>
-SDPA_DEVICE void load_tile(u16 *smem, const u16 *g, sdpa_i64 stride,
-                           int valid) {
-  constexpr int CHUNKS = COLS / 8;
-  const u32 base = smem_u32(smem);
-  for (int c = threadIdx.x; c < ROWS * CHUNKS; c += NT) {
-    const int r = c / CHUNKS, k = (c - r * CHUNKS) * 8;
-    const bool ok = SDPA_EVEN || r < valid;
-    const u16 *src = ok ? g + r * stride + k : g;
-    cp_async16(base + (r * (COLS + 8) + k) * 2, src, ok);
+SDPA_DEVICE void copy_tile(u32 s, const u16 *g, sdpa_i64 stride, int valid) {
+  constexpr int CH = COLS / 8;
+  if (NT % CH == 0) {
+    constexpr int RSTEP = NT % CH == 0 ? NT / CH : 1;
+    const int r0 = threadIdx.x / CH, k = (threadIdx.x % CH) * 8;
+    const u16 *g0 = g + r0 * stride + k;
+    const sdpa_i64 gstep = RSTEP * stride;
+    /* Unrolled up to 4 passes (every 8-warp tile here); longer copies
+     * (4-warp tiles) loop, sparing registers. */
+    constexpr int PASSES = (ROWS + RSTEP - 1) / RSTEP;
+    constexpr int UNROLL = PASSES <= 4 ? PASSES : 1;
+#pragma unroll UNROLL
+    for (int i = 0; i < PASSES; ++i) {
+      const int r = r0 + i * RSTEP;
+      if (ROWS % RSTEP == 0 || r < ROWS) {
+        const bool ok = SDPA_EVEN || r < valid;
+        cp_async16(s + (r * (COLS + 8) + k) * 2, ok ? g0 + i * gstep : g, ok);
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int c = threadIdx.x; c < ROWS * CH; c += NT) {
+      const int r = c / CH, k = (c - r * CH) * 8;
+      const bool ok = SDPA_EVEN || r < valid;
+      cp_async16(s + (r * (COLS + 8) + k) * 2, ok ? g + r * stride + k : g, ok);
+    }
   }
+}
+
+/* P = exp2(S * scale_log2 - LSE * log2e) for a warp's S tile, to shared
+ * memory and packed into p_pk. MASKED: columns outside each row's visible
+ * range [cmin, cmax] (band, sequence ends) get P = 0; unmasked tiles skip
+ * the compares. A row whose LSE is -inf sees no key: P = 0. */
+template <bool MASKED>
+SDPA_DEVICE void softmax_tile(const float (&acc_s)[S_TM / 16][S_TN / 8][4],
+                              u32 (&p_pk)[S_TM / 16][2][S_TN / 8], const float *lse,
+                              u16 *sP, int s_m, int s_n, int g, int t, float scale_log2,
+                              const Band &band, int i0, int k0, int sq, int skv) {
+#pragma unroll
+  for (int mi = 0; mi < S_TM / 16; ++mi)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = s_m + mi * 16 + g + hf * 8;
+      float row_lse = lse[r];
+      row_lse = row_lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
+                                                      : row_lse * LOG2E;
+      int cmin = 0, cmax = N - 1;
+      if (MASKED) {
+        const int i = i0 + r;
+        cmax = min(N, skv - k0) - 1;
+        if (!SDPA_EVEN && i >= sq) cmax = -1;
+        if (band.right >= 0) cmax = min(cmax, i + band.off + band.right - k0);
+        if (band.left >= 0) cmin = max(cmin, i + band.off - band.left - k0);
+      }
+#pragma unroll
+      for (int nj = 0; nj < S_TN / 8; ++nj) {
+        float pv[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = s_n + nj * 8 + 2 * t + e;
+          pv[e] = fast_exp2(acc_s[mi][nj][hf * 2 + e] * scale_log2 - row_lse);
+          if (MASKED && (c < cmin || c > cmax)) pv[e] = 0.f;
+        }
+        p_pk[mi][hf][nj] = pack2<DT>(pv[0], pv[1]);
+        *(u32 *)(sP + r * LD_N + s_n + nj * 8 + 2 * t) = p_pk[mi][hf][nj];
+      }
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1)
@@ -290,17 +390,14 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
 #if SDPA_LAYOUT == 1
   const sdpa_i64 kb = (sdpa_i64)b * p.k_batch + (sdpa_i64)k0 * p.k_seq + (sdpa_i64)hk * p.k_head;
   const sdpa_i64 vb = (sdpa_i64)b * p.v_batch + (sdpa_i64)k0 * p.v_seq + (sdpa_i64)hk * p.v_head;
-  const sdpa_i64 dkb = (sdpa_i64)b * p.dk_batch + (sdpa_i64)k0 * p.dk_seq + (sdpa_i64)hk * p.dk_head;
-  const sdpa_i64 dvb = (sdpa_i64)b * p.dv_batch + (sdpa_i64)k0 * p.dv_seq + (sdpa_i64)hk * p.dv_head;
 #else
   const sdpa_i64 kb = (kv0 + k0) * p.k_seq + (sdpa_i64)hk * p.k_head;
   const sdpa_i64 vb = (kv0 + k0) * p.v_seq + (sdpa_i64)hk * p.v_head;
-  const sdpa_i64 dkb = (kv0 + k0) * p.dk_seq + (sdpa_i64)hk * p.dk_head;
-  const sdpa_i64 dvb = (kv0 + k0) * p.dv_seq + (sdpa_i64)hk * p.dv_head;
 #endif
 
-  load_tile<N, D>(sK, (const u16 *)p.k + kb, p.k_seq, kv_valid);
-  load_tile<N, DV>(sV, (const u16 *)p.v + vb, p.v_seq, kv_valid);
+  const u32 smem0 = smem_u32(smem);
+  copy_tile<N, D>(smem0 + SMEM_K, (const u16 *)p.k + kb, p.k_seq, kv_valid);
+  copy_tile<N, DV>(smem0 + SMEM_V, (const u16 *)p.v + vb, p.v_seq, kv_valid);
   cp_async_commit();
 
   /* Warp positions in each partition. */
@@ -314,46 +411,46 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   zero_acc(acc_dk);
   zero_acc(acc_dv);
 
-  const int n_tiles = it_hi - it_lo + 1;
-  const int steps = n_tiles > 0 ? n_tiles * p.group : 0;
+  const int steps = it_hi >= it_lo ? (it_hi - it_lo + 1) * p.group : 0;
+  const sdpa_i64 blk0 = dq_block_base(p, b, q0);
 
-  /* Issues the loads of step `st` (query head, query tile) into `stage`. */
-  auto issue = [&](int st, int stage) {
-    const int h = hk * p.group + st / n_tiles;
-    const int it = it_lo + st % n_tiles;
-    const int i0 = it * M;
+  /* Steps walk (query head, query tile) with the tile fastest. Issues
+   * the loads of step (head lh, tile lit) into `stage`. */
+  auto issue = [&](int lh, int lit, int stage) {
+    const int i0 = lit * M;
     const int q_valid = sq - i0 < M ? sq - i0 : M;
 #if SDPA_LAYOUT == 1
-    const sdpa_i64 qb = (sdpa_i64)b * p.q_batch + (sdpa_i64)i0 * p.q_seq + (sdpa_i64)h * p.q_head;
-    const sdpa_i64 dob = (sdpa_i64)b * p.do_batch + (sdpa_i64)i0 * p.do_seq + (sdpa_i64)h * p.do_head;
-    const sdpa_i64 lse_b = (sdpa_i64)b * p.lse_batch + (sdpa_i64)h * p.lse_head;
+    const sdpa_i64 qb = (sdpa_i64)b * p.q_batch + (sdpa_i64)i0 * p.q_seq + (sdpa_i64)lh * p.q_head;
+    const sdpa_i64 dob = (sdpa_i64)b * p.do_batch + (sdpa_i64)i0 * p.do_seq + (sdpa_i64)lh * p.do_head;
+    const sdpa_i64 lse_b = (sdpa_i64)b * p.lse_batch + (sdpa_i64)lh * p.lse_head;
 #else
-    const sdpa_i64 qb = (q0 + i0) * p.q_seq + (sdpa_i64)h * p.q_head;
-    const sdpa_i64 dob = (q0 + i0) * p.do_seq + (sdpa_i64)h * p.do_head;
-    const sdpa_i64 lse_b = (sdpa_i64)h * p.lse_head + q0 * p.lse_seq;
+    const sdpa_i64 qb = (q0 + i0) * p.q_seq + (sdpa_i64)lh * p.q_head;
+    const sdpa_i64 dob = (q0 + i0) * p.do_seq + (sdpa_i64)lh * p.do_head;
+    const sdpa_i64 lse_b = (sdpa_i64)lh * p.lse_head + q0 * p.lse_seq;
 #endif
-    load_tile<M, D>((u16 *)(smem + SMEM_Q) + stage * M * LD_D, (const u16 *)p.q + qb,
-                    p.q_seq, q_valid);
-    load_tile<M, DV>((u16 *)(smem + SMEM_DO) + stage * M * LD_DV,
-                     (const u16 *)p.dout + dob, p.do_seq, q_valid);
+    copy_tile<M, D>(smem0 + SMEM_Q + stage * M * LD_D * 2, (const u16 *)p.q + qb, p.q_seq,
+                    q_valid);
+    copy_tile<M, DV>(smem0 + SMEM_DO + stage * M * LD_DV * 2, (const u16 *)p.dout + dob,
+                     p.do_seq, q_valid);
     /* LSE and Delta rows ride in the same cp.async group; rows past the
      * sequence are zero-filled (and masked). */
-    for (int r = threadIdx.x; r < M; r += NT) {
-      const int i = i0 + r;
+    if (threadIdx.x < M) {
+      const int r = threadIdx.x, i = i0 + r;
       const bool ok = SDPA_EVEN || i < sq;
 #if SDPA_LSE_PACKED
       const float *lse_src = p.lse + lse_b + (ok ? i : 0);
 #else
       const float *lse_src = p.lse + lse_b + (ok ? (sdpa_i64)i * p.lse_seq : 0);
 #endif
-      const float *delta_src = p.delta + (sdpa_i64)h * p.rows_q + q0 + (ok ? i : 0);
-      cp_async4(smem_u32(sLSE + stage * M + r), lse_src, ok);
-      cp_async4(smem_u32(sDelta + stage * M + r), delta_src, ok);
+      const float *delta_src = p.delta + (sdpa_i64)lh * p.rows_q + q0 + (ok ? i : 0);
+      cp_async4(smem0 + SMEM_LSE + (stage * M + r) * 4, lse_src, ok);
+      cp_async4(smem0 + SMEM_DELTA + (stage * M + r) * 4, delta_src, ok);
     }
     cp_async_commit();
   };
 
-  if (steps > 0) issue(0, 0);
+  int h = hk * p.group, it = it_lo; /* the step being computed */
+  if (steps > 0) issue(h, it, 0);
 
   for (int st = 0; st < steps; ++st) {
     const int stage = SDPA_STAGES == 2 ? (st & 1) : 0;
@@ -361,19 +458,18 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
     /* Prefetch the next step into the other buffer (freed by the barrier
      * that ended the previous step), then wait for this step's group. */
     if (st + 1 < steps) {
-      issue(st + 1, stage ^ 1);
+      const bool wrap = it == it_hi;
+      issue(wrap ? h + 1 : h, wrap ? it_lo : it + 1, stage ^ 1);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
 #else
-    if (st > 0) issue(st, 0); /* one buffer: load this step's tiles now */
+    if (st > 0) issue(h, it, 0); /* one buffer: load this step's tiles now */
     cp_async_wait<0>();
 #endif
     __syncthreads();
 
-    const int h = hk * p.group + st / n_tiles;
-    const int it = it_lo + st % n_tiles;
     const int i0 = it * M;
     const u16 *sQ = (const u16 *)(smem + SMEM_Q) + stage * M * LD_D;
     const u16 *sdO = (const u16 *)(smem + SMEM_DO) + stage * M * LD_DV;
@@ -396,37 +492,12 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
         bool full = SDPA_EVEN || (i0 + M <= sq && k0 + N <= skv);
         if (band.right >= 0 && k0 + N - 1 > i0 + band.off + band.right) full = false;
         if (band.left >= 0 && k0 < i0 + M - 1 + band.off - band.left) full = false;
-#pragma unroll
-        for (int mi = 0; mi < S_TM / 16; ++mi)
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int r = s_m + mi * 16 + g + hf * 8;
-            /* exp2 domain; a row whose LSE is -inf sees no key: P = 0. */
-            float row_lse = lse[r];
-            row_lse = row_lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
-                                                            : row_lse * LOG2E;
-            /* Visible columns of this row within the tile: [cmin, cmax]. */
-            int cmin = 0, cmax = N - 1;
-            if (!full) {
-              const int i = i0 + r;
-              cmax = min(N, skv - k0) - 1;
-              if (!SDPA_EVEN && i >= sq) cmax = -1;
-              if (band.right >= 0) cmax = min(cmax, i + band.off + band.right - k0);
-              if (band.left >= 0) cmin = max(cmin, i + band.off - band.left - k0);
-            }
-#pragma unroll
-            for (int nj = 0; nj < S_TN / 8; ++nj) {
-              float pv[2];
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int c = s_n + nj * 8 + 2 * t + e;
-                const float pe = fast_exp2(acc_s[mi][nj][hf * 2 + e] * p.scale_log2 - row_lse);
-                pv[e] = (c < cmin || c > cmax) ? 0.f : pe;
-              }
-              p_pk[mi][hf][nj] = pack2<DT>(pv[0], pv[1]);
-              *(u32 *)(sP + r * LD_N + s_n + nj * 8 + 2 * t) = p_pk[mi][hf][nj];
-            }
-          }
+        if (full)
+          softmax_tile<false>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
+                              k0, sq, skv);
+        else
+          softmax_tile<true>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
+                             k0, sq, skv);
       }
       float acc_dp[S_TM / 16][S_TN / 8][4];
       zero_acc(acc_dp);
@@ -457,8 +528,18 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
     warp_gemm<DT, KV_TN, KV_TD, M, true, true>(acc_dk, sdS + kv_n, LD_N,
                                                sQ + kv_d, LD_D);
 
-    /* ---- dQacc += dS K. */
+    /* ---- dQacc += dS K, one vector reduction per m16n8 fragment into
+     * dq_accum's fragment-ordered blocks. 16-row blocks past the sequence
+     * belong to the next one and are skipped. */
     {
+#if SDPA_DETERMINISTIC
+      int kv_first = 0;
+      if (band.left >= 0) kv_first = max(0, i0 + band.off - band.left) / N;
+      int *sem = p.semaphores + ((sdpa_i64)h * p.batch + b) * p.q_tiles + it;
+#endif
+      const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
+      float *dqa = p.dq_accum + (blk0 + (i0 + q_m) / 16) * blk_elems +
+                   (sdpa_i64)h * (D * 16) + q_d * 16;
       float acc_dq[Q_TM / 16][Q_TD / 8][4];
       zero_acc(acc_dq);
       warp_gemm<DT, Q_TM, Q_TD, N, false, true>(acc_dq, sdS + q_m * LD_N, LD_N,
@@ -466,10 +547,6 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
 #if SDPA_DETERMINISTIC
       /* Wait for the kv tiles before this one (in index order) that visit
        * this query tile. */
-      const int a_row = i0;
-      int kv_first = 0;
-      if (band.left >= 0) kv_first = max(0, a_row + band.off - band.left) / N;
-      int *sem = p.semaphores + ((sdpa_i64)h * p.batch + b) * p.q_tiles + it;
       if (threadIdx.x == 0) {
         int seen;
         do {
@@ -478,20 +555,12 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
       }
       __syncthreads();
 #endif
-      float *dqa = p.dq_accum + ((q0 + i0) * p.heads_q + h) * (sdpa_i64)D;
-      const sdpa_i64 row_stride = (sdpa_i64)p.heads_q * D;
 #pragma unroll
       for (int mi = 0; mi < Q_TM / 16; ++mi)
+        if (SDPA_EVEN || i0 + q_m + mi * 16 < sq) {
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int r = q_m + mi * 16 + g + hf * 8;
-          if (SDPA_EVEN || i0 + r < sq) {
-            float *rowp = dqa + r * row_stride + q_d + 2 * t;
-#pragma unroll
-            for (int nj = 0; nj < Q_TD / 8; ++nj) {
-              red_add2(rowp + nj * 8, acc_dq[mi][nj][hf * 2], acc_dq[mi][nj][hf * 2 + 1]);
-            }
-          }
+          for (int nj = 0; nj < Q_TD / 8; ++nj)
+            red_frag(dqa + mi * blk_elems + nj * 128, lane, acc_dq[mi][nj]);
         }
 #if SDPA_DETERMINISTIC
       __threadfence();
@@ -503,9 +572,20 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
 #endif
     }
     __syncthreads();
+    if (++it > it_hi) {
+      it = it_lo;
+      ++h;
+    }
   }
 
   /* ---- epilogue: dK (scaled), dV rows < kv_valid. */
+#if SDPA_LAYOUT == 1
+  const sdpa_i64 dkb = (sdpa_i64)b * p.dk_batch + (sdpa_i64)k0 * p.dk_seq + (sdpa_i64)hk * p.dk_head;
+  const sdpa_i64 dvb = (sdpa_i64)b * p.dv_batch + (sdpa_i64)k0 * p.dv_seq + (sdpa_i64)hk * p.dv_head;
+#else
+  const sdpa_i64 dkb = (kv0 + k0) * p.dk_seq + (sdpa_i64)hk * p.dk_head;
+  const sdpa_i64 dvb = (kv0 + k0) * p.dv_seq + (sdpa_i64)hk * p.dv_head;
+#endif
   u16 *dk = (u16 *)p.dk + dkb;
   u16 *dv = (u16 *)p.dv + dvb;
 #pragma unroll

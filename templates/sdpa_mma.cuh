@@ -88,15 +88,28 @@ template <int N> SDPA_DEVICE void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" :: "n"(N));
 }
 
-/* Two adjacent fp32 atomic adds (8-byte aligned); one vector reduction on
- * sm_90 and later. */
-SDPA_DEVICE void red_add2(float *dst, float a, float b) {
+/* dq_accum's fragment order (sdpa_params.h): float e of lane `lane` in a
+ * 128-float piece holding one m16n8 accumulator tile. On sm_90 a lane's
+ * four floats are adjacent (one 16-byte vector reduction, 512 contiguous
+ * bytes a warp); before, each of the four scalar reductions of a warp
+ * covers 128 contiguous bytes. */
+SDPA_DEVICE int frag_at(int lane, int e) {
 #if __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(dst), "f"(a), "f"(b)
+  return lane * 4 + e;
+#else
+  return e * 32 + lane;
+#endif
+}
+
+/* Adds one lane's m16n8 accumulator values to the piece at `piece`. */
+SDPA_DEVICE void red_frag(float *piece, int lane, const float (&v)[4]) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
+               :: "l"(piece + lane * 4), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
                : "memory");
 #else
-  atomicAdd(dst, a);
-  atomicAdd(dst + 1, b);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) atomicAdd(piece + frag_at(lane, e), v[e]);
 #endif
 }
 

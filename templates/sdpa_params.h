@@ -10,8 +10,17 @@
  *   LSE   BSHD [b,h,s] at b*lse_batch + h*lse_head + s*lse_seq;
  *         THD  [h,t]   at h*lse_head + t*lse_seq
  *   Workspace (fp32), row = token (BSHD: b*seqlen_q + s; THD: t):
- *         dq_accum[(row*heads_q + h)*head_dim + d]
  *         delta[h*rows + row]
+ *         dq_accum in blocks of 16 query rows of one sequence, in the order
+ *         of the m16n8 MMA accumulator fragments so that a warp's
+ *         reductions cover contiguous bytes:
+ *           [block][h][d / 8][frag], frag = lane*4 + e (sm_90+) or
+ *           e*32 + lane (earlier), where row = 8*(e/2) + lane/4 and
+ *           d % 8 = 2*(lane%4) + e%2 within the block's 16 x 8 piece.
+ *         Sequence b's row s is in block base(b) + s/16, base(b) =
+ *         b*q_blocks (BSHD) or cu_seqlens_q[b]/16 + b (THD): sequences
+ *         never share a block. dq_blocks bounds the blocks in use:
+ *         batch*q_blocks (BSHD), rows_q/16 + batch + 1 (THD).
  *   semaphores[(h*batch + b)*q_tiles + tile] (deterministic mode)
  */
 #ifndef SDPA_PARAMS_H
@@ -48,10 +57,12 @@ typedef struct sdpa_kernel_params {
 
   sdpa_i64 rows_q;   /* BSHD: batch*seqlen_q; THD: total_q          */
   sdpa_i64 rows_kv;  /* BSHD: batch*seqlen_kv; THD: total_kv        */
+  sdpa_i64 dq_blocks; /* 16-row blocks of dq_accum in use (above)    */
   sdpa_i32 batch;    /* BSHD batch / THD sequences                  */
   sdpa_i32 heads_q, heads_kv, group; /* group = heads_q / heads_kv  */
   sdpa_i32 seqlen_q, seqlen_kv;      /* BSHD lengths / THD max_s    */
   sdpa_i32 q_tiles;  /* ceil(seqlen_q / Q_TILE)                     */
+  sdpa_i32 q_blocks; /* ceil(seqlen_q / 16)                         */
   sdpa_i32 window_left, window_right; /* -1 unbounded               */
   float scale;       /* softmax scale                               */
   float scale_log2;  /* scale * log2(e)                             */

@@ -531,10 +531,11 @@ START_TEST(workspace_bshd) {
   d.head_dim = 32;
   plan = make(&d);
   int qt = plan->fields.config.q_tile;
-  dq = align256((size_t)3 * 17 * 3 * 32 * 4);  /* 19584 -> 19712 */
-  delta = align256((size_t)3 * 17 * 3 * 4);    /* 612 -> 768 */
+  /* dQacc keeps whole 16-row blocks per sequence: 17 rows -> 2 blocks */
+  dq = align256((size_t)3 * 2 * 16 * 3 * 32 * 4); /* 36864 */
+  delta = align256((size_t)3 * 17 * 3 * 4);       /* 612 -> 768 */
   size_t sem = align256((size_t)3 * 3 * ((17 + qt - 1) / qt) * 4);
-  ck_assert_uint_eq(dq, 19712);
+  ck_assert_uint_eq(dq, 36864);
   ck_assert_uint_eq(plan->ws_delta, dq);
   ck_assert_uint_eq(plan->ws_semaphores, dq + delta);
   ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta + sem);
@@ -552,7 +553,8 @@ START_TEST(workspace_thd) {
   d.seqlen_q = 700;
   d.max_total_q = 1001;
   sdpa_bwd_plan *plan = make(&d);
-  size_t dq = align256((size_t)1001 * 4 * 64 * 4);
+  /* every sequence may start a 16-row block of its own: 1001/16 + 4 + 1 */
+  size_t dq = align256((size_t)(62 + 4 + 1) * 16 * 4 * 64 * 4);
   size_t delta = align256((size_t)1001 * 4 * 4);
   ck_assert_int_eq(plan->rows_q, 1001);
   ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta);
