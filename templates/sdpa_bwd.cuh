@@ -70,9 +70,15 @@ __host__ __device__ constexpr int split_rows(int R, int C, int W) {
   }
   return best;
 }
-#ifndef S_WM /* S, dP: M x N, 16 rows a warp (register pressure peaks
-                 here, next to dK/dV: a 16-row A operand is the smallest) */
+/* S, dP: M x N. Register pressure peaks here, next to dK/dV; the tight
+ * variants (below) keep 16-row warp tiles, the smallest A operand, the
+ * others take the split that reads the fewest rows. */
+#ifndef S_WM
+#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1 || SDPA_MASK == 3) && SDPA_WARPS == 8
 #define S_WM (M / 16 < NW ? M / 16 : NW)
+#else
+#define S_WM split_rows(M, N, NW)
+#endif
 #endif
 #define S_WN (NW / S_WM)
 /* Deterministic mode (the ordered dQ hand-off), the single-buffer
@@ -454,21 +460,21 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
 
   for (int st = 0; st < steps; ++st) {
     const int stage = SDPA_STAGES == 2 ? (st & 1) : 0;
+#if SDPA_STAGES == 1
+    if (st > 0) issue(h, it, 0); /* one buffer: load this step's tiles now */
+#endif
+    cp_async_wait<0>();
+    __syncthreads();
 #if SDPA_STAGES == 2
-    /* Prefetch the next step into the other buffer (freed by the barrier
-     * that ended the previous step), then wait for this step's group. */
+    /* Every warp is past the previous step, whose buffer is now free:
+     * prefetch the next step into it. (Two barriers a step: this one
+     * also orders the P/dS writes below after the previous step's
+     * reads.) */
     if (st + 1 < steps) {
       const bool wrap = it == it_hi;
       issue(wrap ? h + 1 : h, wrap ? it_lo : it + 1, stage ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
     }
-#else
-    if (st > 0) issue(h, it, 0); /* one buffer: load this step's tiles now */
-    cp_async_wait<0>();
 #endif
-    __syncthreads();
 
     const int i0 = it * M;
     const u16 *sQ = (const u16 *)(smem + SMEM_Q) + stage * M * LD_D;
@@ -571,7 +577,9 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
       }
 #endif
     }
-    __syncthreads();
+#if SDPA_STAGES == 1
+    __syncthreads(); /* the next step's loads overwrite this step's tiles */
+#endif
     if (++it > it_hi) {
       it = it_lo;
       ++h;
