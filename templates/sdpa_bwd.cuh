@@ -29,7 +29,8 @@
  *   preprocess: grid ceil(rows_q*heads_q / 8), block 256, no smem.
  *   convert: grid q_blocks * batch * heads_q, block 256, no smem.
  *   main: grid (ceil(seqlen_kv / N) * batch, heads_kv), block 32*SDPA_WARPS,
- *         (x = b * kv_tiles + j: lower kv tiles of a sequence start first),
+ *         (no mask: x = b * kv_tiles + j, y = kv head; masked: the flat
+ *         block index runs (sequence, kv head) fastest, kv tile slowest),
  *         dynamic smem sdpa_config_smem_bytes() (see SMEM_* below).
  *   Reads q, k, v, o, dout, lse, cu_seqlens; writes dq, dk, dv and the
  *   workspace; sets bits in *error_flag for bad THD offsets/lengths.
@@ -131,6 +132,16 @@ static_assert(D % 32 == 0 && DV % 32 == 0 && DV <= D, "head dims");
 #define SMEM_TOTAL (SMEM_DELTA + SDPA_STAGES * M * 4)
 
 #define LOG2E 1.4426950408889634f
+
+/* P and dS go to shared memory by stmatrix (sm_90 and later), except
+ * with 4 warps: there dK/dV hold 128 registers a thread, and holding a
+ * whole tile's packed values for it spilled (sm_120, head_dim 256); each
+ * pair is stored as it is made instead. */
+#if __CUDA_ARCH__ >= 900
+#define STSM (NW == 8)
+#else
+#define STSM 0
+#endif
 
 /* Band of visible keys for one sequence. */
 struct Band {
@@ -357,9 +368,10 @@ SDPA_DEVICE void softmax_tile(const float (&acc_s)[S_TM / 16][S_TN / 8][4],
           if (MASKED && (c < cmin || c > cmax)) pv[e] = 0.f;
         }
         p_pk[mi][hf][nj] = pack2<DT>(pv[0], pv[1]);
-        *(u32 *)(sP + r * LD_N + s_n + nj * 8 + 2 * t) = p_pk[mi][hf][nj];
+        if (!STSM) *(u32 *)(sP + r * LD_N + s_n + nj * 8 + 2 * t) = p_pk[mi][hf][nj];
       }
     }
+  if (STSM) store_frags<S_TM, S_TN>(sP + s_m * LD_N + s_n, LD_N, p_pk);
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1)
@@ -373,7 +385,17 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   float *sDelta = (float *)(smem + SMEM_DELTA);
 
   const int kv_tiles = (p.seqlen_kv + N - 1) / N;
+#if SDPA_MASK == 0
   const int j = blockIdx.x % kv_tiles, b = blockIdx.x / kv_tiles, hk = blockIdx.y;
+#else
+  /* Under a mask the kv tiles differ in work (causal: tile 0 sees every
+   * query tile), so the launch order runs kv tile j of every (sequence,
+   * head) before tile j+1: heaviest first, no long CTA left for the end. */
+  const sdpa_i64 flat = (sdpa_i64)blockIdx.y * gridDim.x + blockIdx.x;
+  const sdpa_i64 per_tile = (sdpa_i64)p.batch * p.heads_kv;
+  const int j = (int)(flat / per_tile), r_bh = (int)(flat % per_tile);
+  const int b = r_bh / p.heads_kv, hk = r_bh % p.heads_kv;
+#endif
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
 
@@ -509,6 +531,7 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
       zero_acc(acc_dp);
       warp_gemm<DT, S_TM, S_TN, DV, false, false>(acc_dp, sdO + s_m * LD_DV, LD_DV,
                                                   sV + s_n * LD_DV, LD_DV);
+      u32 ds_pk[S_TM / 16][2][S_TN / 8];
 #pragma unroll
       for (int mi = 0; mi < S_TM / 16; ++mi)
 #pragma unroll
@@ -520,11 +543,12 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
             const u32 pp = p_pk[mi][hf][nj];
             const float p0 = to_float<DT>((u16)(pp & 0xffff));
             const float p1 = to_float<DT>((u16)(pp >> 16));
-            *(u32 *)(sdS + r * LD_N + s_n + nj * 8 + 2 * t) =
-                pack2<DT>(p0 * (acc_dp[mi][nj][hf * 2] - row_delta),
-                          p1 * (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
+            ds_pk[mi][hf][nj] = pack2<DT>(p0 * (acc_dp[mi][nj][hf * 2] - row_delta),
+                                          p1 * (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
+            if (!STSM) *(u32 *)(sdS + r * LD_N + s_n + nj * 8 + 2 * t) = ds_pk[mi][hf][nj];
           }
         }
+      if (STSM) store_frags<S_TM, S_TN>(sdS + s_m * LD_N + s_n, LD_N, ds_pk);
     }
     __syncthreads();
 

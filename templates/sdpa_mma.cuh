@@ -125,6 +125,29 @@ SDPA_DEVICE void ldsm_x4_t(u32 addr, u32 &r0, u32 &r1, u32 &r2, u32 &r3) {
       : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
 }
 
+/* Stores a warp's 16-bit tile of TM x TN (rows of `ld` elements, `base`
+ * at the tile's first element), held as packed mma C fragments:
+ * v[mi][hf][nj] = rows 16mi + 8hf + lane/4, columns 8nj + 2(lane%4), +1,
+ * four 8x8 matrices per stmatrix (sm_90 and later): lane l addresses row
+ * l%8 of matrix l/8, whose fragment layout is ldmatrix's. */
+template <int TM, int TN>
+SDPA_DEVICE void store_frags(u16 *base, int ld, const u32 (&v)[TM / 16][2][TN / 8]) {
+#if __CUDA_ARCH__ >= 900
+  const int lane = threadIdx.x & 31, q = lane >> 3, i = lane & 7;
+  const u32 a = smem_u32(base + (i + (q & 1) * 8) * ld + (q >> 1) * 8);
+#pragma unroll
+  for (int mi = 0; mi < TM / 16; ++mi)
+#pragma unroll
+    for (int nj = 0; nj < TN / 8; nj += 2)
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};"
+                   :: "r"(a + (mi * 16 * ld + nj * 8) * 2), "r"(v[mi][0][nj]),
+                      "r"(v[mi][1][nj]), "r"(v[mi][0][nj + 1]), "r"(v[mi][1][nj + 1])
+                   : "memory");
+#else
+  (void)base; (void)ld; (void)v;
+#endif
+}
+
 /* ------------------------------------------------------------------ mma */
 
 template <int DTYPE>
