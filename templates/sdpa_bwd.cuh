@@ -541,10 +541,19 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
 #pragma unroll
           for (int nj = 0; nj < S_TN / 8; ++nj) {
             const u32 pp = p_pk[mi][hf][nj];
+#if SDPA_DTYPE == 2
+            /* bf16 keeps fp32's range: multiply the pairs packed (one
+             * rounding of dP - Delta more than the fp32 product). */
+            ds_pk[mi][hf][nj] = mul_bf16x2(
+                pp, pack2<DT>(acc_dp[mi][nj][hf * 2] - row_delta,
+                              acc_dp[mi][nj][hf * 2 + 1] - row_delta));
+#else
+            /* fp16: dP - Delta may exceed its range where dS does not. */
             const float p0 = to_float<DT>((u16)(pp & 0xffff));
             const float p1 = to_float<DT>((u16)(pp >> 16));
             ds_pk[mi][hf][nj] = pack2<DT>(p0 * (acc_dp[mi][nj][hf * 2] - row_delta),
                                           p1 * (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
+#endif
             if (!STSM) *(u32 *)(sdS + r * LD_N + s_n + nj * 8 + 2 * t) = ds_pk[mi][hf][nj];
           }
         }

@@ -53,6 +53,13 @@ template <> SDPA_DEVICE float to_float<2>(u16 x) {
   return __uint_as_float(((u32)x) << 16);
 }
 
+/* Packed product of two bf16x2 pairs, rounded once (fma with -0). */
+SDPA_DEVICE u32 mul_bf16x2(u32 a, u32 b) {
+  u32 r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
+  return r;
+}
+
 SDPA_DEVICE float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
