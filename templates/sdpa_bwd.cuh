@@ -13,8 +13,8 @@
  *                          P = exp2(S*scale*log2e - LSE*log2e), masked to 0
  *                          dS = P * (dP - Delta)           -> P, dS to smem
  *                          dV += P^T dO, dK += dS^T Q      (warps split NxD)
- *                          dQacc += dS K  (fp32 reductions (warps split MxD)
- *                                          in fragment order)
+ *                          dQacc += dS K                   (warps split MxD;
+ *                                 fp32 vector reductions, fragment order)
  *                        epilogue dK *= scale, write dK, dV.
  *   sdpa_bwd_convert_dq  dQ = dtype(dQacc * scale).
  *
@@ -194,6 +194,19 @@ SDPA_DEVICE bool sequence_bounds(const sdpa_kernel_params &p, int b,
   sq = (int)(qb - qa);
   skv = (int)(kb - ka);
   return true;
+#endif
+}
+
+/* Element offset of kv row k0 of kv head hk in sequence b (starting at
+ * token kv0 under THD) of a tensor with these strides. */
+SDPA_DEVICE sdpa_i64 kv_row_offset(int b, sdpa_i64 kv0, int k0, int hk, sdpa_i64 s_batch,
+                                   sdpa_i64 s_seq, sdpa_i64 s_head) {
+#if SDPA_LAYOUT == 1
+  (void)kv0;
+  return (sdpa_i64)b * s_batch + (sdpa_i64)k0 * s_seq + (sdpa_i64)hk * s_head;
+#else
+  (void)b; (void)s_batch;
+  return (kv0 + k0) * s_seq + (sdpa_i64)hk * s_head;
 #endif
 }
 
@@ -415,13 +428,8 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   const int it_lo = lo / M, it_hi = lo <= hi ? hi / M : it_lo - 1;
 
   /* Global bases (elements). */
-#if SDPA_LAYOUT == 1
-  const sdpa_i64 kb = (sdpa_i64)b * p.k_batch + (sdpa_i64)k0 * p.k_seq + (sdpa_i64)hk * p.k_head;
-  const sdpa_i64 vb = (sdpa_i64)b * p.v_batch + (sdpa_i64)k0 * p.v_seq + (sdpa_i64)hk * p.v_head;
-#else
-  const sdpa_i64 kb = (kv0 + k0) * p.k_seq + (sdpa_i64)hk * p.k_head;
-  const sdpa_i64 vb = (kv0 + k0) * p.v_seq + (sdpa_i64)hk * p.v_head;
-#endif
+  const sdpa_i64 kb = kv_row_offset(b, kv0, k0, hk, p.k_batch, p.k_seq, p.k_head);
+  const sdpa_i64 vb = kv_row_offset(b, kv0, k0, hk, p.v_batch, p.v_seq, p.v_head);
 
   const u32 smem0 = smem_u32(smem);
   copy_tile<N, D>(smem0 + SMEM_K, (const u16 *)p.k + kb, p.k_seq, kv_valid);
@@ -620,15 +628,8 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   }
 
   /* ---- epilogue: dK (scaled), dV rows < kv_valid. */
-#if SDPA_LAYOUT == 1
-  const sdpa_i64 dkb = (sdpa_i64)b * p.dk_batch + (sdpa_i64)k0 * p.dk_seq + (sdpa_i64)hk * p.dk_head;
-  const sdpa_i64 dvb = (sdpa_i64)b * p.dv_batch + (sdpa_i64)k0 * p.dv_seq + (sdpa_i64)hk * p.dv_head;
-#else
-  const sdpa_i64 dkb = (kv0 + k0) * p.dk_seq + (sdpa_i64)hk * p.dk_head;
-  const sdpa_i64 dvb = (kv0 + k0) * p.dv_seq + (sdpa_i64)hk * p.dv_head;
-#endif
-  u16 *dk = (u16 *)p.dk + dkb;
-  u16 *dv = (u16 *)p.dv + dvb;
+  u16 *dk = (u16 *)p.dk + kv_row_offset(b, kv0, k0, hk, p.dk_batch, p.dk_seq, p.dk_head);
+  u16 *dv = (u16 *)p.dv + kv_row_offset(b, kv0, k0, hk, p.dv_batch, p.dv_seq, p.dv_head);
 #pragma unroll
   for (int ni = 0; ni < KV_TN / 16; ++ni)
 #pragma unroll

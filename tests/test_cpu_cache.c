@@ -30,6 +30,7 @@
 
 #include "cache.h"
 #include "check_main.h"
+#include "test_db.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -144,88 +145,11 @@ static sdpa_status lookup_row(sdpa_cache *cache, unsigned number, size_t size,
   return status;
 }
 
-/* Opens a plain sqlite3 connection on a cache file. */
-static sqlite3 *open_db(const char *path) {
-  sqlite3 *db = NULL;
-  ck_assert_int_eq(sqlite3_open_v2(path, &db,
-                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                                   NULL),
-                   SQLITE_OK);
-  sqlite3_busy_timeout(db, 5000);
-  return db;
-}
-
-static void db_exec(const char *path, const char *sql) {
-  sqlite3 *db = open_db(path);
-  char *message = NULL;
-  int rc = sqlite3_exec(db, sql, NULL, NULL, &message);
-  ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, message ? message : "?");
-  sqlite3_free(message);
-  sqlite3_close(db);
-}
-
-/* The first column of the first row of `sql`, as an integer. */
-static int64_t db_int(const char *path, const char *sql) {
-  sqlite3 *db = open_db(path);
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &stmt, NULL), SQLITE_OK);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
-  int64_t value = sqlite3_column_int64(stmt, 0);
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return value;
-}
-
 /* Flips one byte in the middle of a stored cubin, checksum unchanged. */
 static void flip_cubin_byte(const char *path, unsigned number) {
   char hash[33];
   make_hash(hash, number);
-  sqlite3 *db = open_db(path);
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_prepare_v2(db,
-                                      "SELECT cubin FROM kernels WHERE "
-                                      "key_hash = ?1",
-                                      -1, &stmt, NULL),
-                   SQLITE_OK);
-  sqlite3_bind_text(stmt, 1, hash, -1, SQLITE_STATIC);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
-  int size = sqlite3_column_bytes(stmt, 0);
-  unsigned char *copy = malloc((size_t)size);
-  memcpy(copy, sqlite3_column_blob(stmt, 0), (size_t)size);
-  sqlite3_finalize(stmt);
-  copy[size / 2] ^= 0x5a;
-  ck_assert_int_eq(sqlite3_prepare_v2(db,
-                                      "UPDATE kernels SET cubin = ?1 WHERE "
-                                      "key_hash = ?2",
-                                      -1, &stmt, NULL),
-                   SQLITE_OK);
-  sqlite3_bind_blob(stmt, 1, copy, size, SQLITE_STATIC);
-  sqlite3_bind_text(stmt, 2, hash, -1, SQLITE_STATIC);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_DONE);
-  ck_assert_int_eq(sqlite3_changes(db), 1);
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  free(copy);
-}
-
-static unsigned char *read_whole(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot read %s", path);
-  fseek(f, 0, SEEK_END);
-  long length = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *bytes = malloc(length > 0 ? (size_t)length : 1);
-  ck_assert_uint_eq(fread(bytes, 1, (size_t)length, f), (size_t)length);
-  fclose(f);
-  *size = (size_t)length;
-  return bytes;
-}
-
-static void write_whole(const char *path, const void *data, size_t size) {
-  FILE *f = fopen(path, "wb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fwrite(data, 1, size, f), size);
-  fclose(f);
+  sdpa_test_db_flip_cubin(path, hash, 0x5a);
 }
 
 static int exists(const char *path) {
@@ -291,7 +215,7 @@ START_TEST(test_round_trip) {
   ck_assert_int_eq(counter.warnings, 0);
 
   /* The readable columns, as the sqlite3 shell sees them. */
-  sqlite3 *db = open_db(path);
+  sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   sqlite3_stmt *stmt = NULL;
   ck_assert_int_eq(
       sqlite3_prepare_v2(db,
@@ -334,12 +258,12 @@ START_TEST(test_round_trip) {
   ck_assert_int_eq(sqlite3_column_int(stmt, 20), 5000);
   sqlite3_finalize(stmt);
   sqlite3_close(db);
-  ck_assert_int_eq(db_int(path, "PRAGMA application_id"),
+  ck_assert_int_eq(sdpa_test_db_int(path, "PRAGMA application_id"),
                    SDPA_CACHE_APPLICATION_ID);
-  ck_assert_int_eq(db_int(path, "PRAGMA user_version"),
+  ck_assert_int_eq(sdpa_test_db_int(path, "PRAGMA user_version"),
                    SDPA_CACHE_SCHEMA_VERSION);
-  ck_assert_int_eq(db_int(path, "PRAGMA auto_vacuum"), 2); /* incremental */
-  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM pragma_journal_mode "
+  ck_assert_int_eq(sdpa_test_db_int(path, "PRAGMA auto_vacuum"), 2); /* incremental */
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM pragma_journal_mode "
                                 "WHERE journal_mode = 'wal'"),
                    1);
   free(cubin);
@@ -392,10 +316,10 @@ START_TEST(test_flipped_cubin_byte_removes_row) {
   ck_assert_ptr_nonnull(strstr(counter.last, "checksum"));
   ck_assert_int_eq(lookup_row(cache, 4, 4096, 4, NULL), SDPA_STATUS_SUCCESS);
   sdpa_cache_close(cache);
-  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels WHERE key_hash "
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels WHERE key_hash "
                                 "= '00000000000000000000000000000003'"),
                    0);
-  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), 1);
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels"), 1);
   free(path);
   sdpa_test_rmtree(dir);
   free(dir);
@@ -408,7 +332,7 @@ START_TEST(test_random_bytes_file_moved_aside) {
   log_counter counter;
   counter_init(&counter);
   unsigned char *junk = make_cubin(8192, 99);
-  write_whole(path, junk, 8192);
+  sdpa_test_write_file(path, junk, 8192);
 
   sdpa_cache *cache = open_cache(path, &counter);
   ck_assert_int_eq(counter.warnings, 1);
@@ -417,14 +341,14 @@ START_TEST(test_random_bytes_file_moved_aside) {
   char *moved = NULL;
   ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt-", &moved), 1);
   size_t size = 0;
-  unsigned char *kept = read_whole(moved, &size);
+  unsigned char *kept = sdpa_test_read_file(moved, &size);
   ck_assert_uint_eq(size, 8192); /* moved, not rewritten */
   ck_assert_int_eq(memcmp(kept, junk, 8192), 0);
   store_row(cache, 5, 1000, 5);
   ck_assert_int_eq(lookup_row(cache, 5, 1000, 5, NULL), SDPA_STATUS_SUCCESS);
   sdpa_cache_close(cache);
   ck_assert_int_eq(counter.warnings, 1);
-  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), 1);
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels"), 1);
   free(kept);
   free(moved);
   free(junk);
@@ -439,7 +363,7 @@ START_TEST(test_zero_length_file) {
   char *path = join(dir, "kernels.sqlite");
   log_counter counter;
   counter_init(&counter);
-  write_whole(path, "", 0);
+  sdpa_test_write_file(path, "", 0);
   sdpa_cache *cache = open_cache(path, &counter);
   ck_assert_int_eq(counter.warnings, 0);
   ck_assert_str_eq(sdpa_cache_path(cache), path);
@@ -447,7 +371,7 @@ START_TEST(test_zero_length_file) {
   ck_assert_int_eq(lookup_row(cache, 6, 700, 6, NULL), SDPA_STATUS_SUCCESS);
   sdpa_cache_close(cache);
   ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt-", NULL), 0);
-  ck_assert_int_eq(db_int(path, "PRAGMA application_id"),
+  ck_assert_int_eq(sdpa_test_db_int(path, "PRAGMA application_id"),
                    SDPA_CACHE_APPLICATION_ID);
   free(path);
   sdpa_test_rmtree(dir);
@@ -500,7 +424,7 @@ START_TEST(test_damage_found_after_open) {
   sdpa_cache *cache = open_cache(path, &counter);
   for (unsigned i = 0; i < 8; i++) store_row(cache, 300 + i, 3000, i);
   sdpa_cache_close(cache);
-  int64_t page_size = db_int(path, "PRAGMA page_size");
+  int64_t page_size = sdpa_test_db_int(path, "PRAGMA page_size");
   unsigned char *junk = make_cubin((size_t)page_size * 3, 42);
   int fd = open(path, O_WRONLY);
   ck_assert_int_ge(fd, 0);
@@ -576,7 +500,7 @@ END_TEST
 START_TEST(test_uncreatable_directory) {
   char *dir = sdpa_test_tmpdir("cache");
   char *blocker = join(dir, "file");
-  write_whole(blocker, "x", 1);
+  sdpa_test_write_file(blocker, "x", 1);
   char *path = join(dir, "file/sub/kernels.sqlite");
   log_counter counter;
   counter_init(&counter);
@@ -597,7 +521,7 @@ START_TEST(test_newer_user_version_untouched) {
   char *path = join(dir, "kernels.sqlite");
   log_counter counter;
   counter_init(&counter);
-  db_exec(path, ""); /* creates the file */
+  sdpa_test_db_exec(path, ""); /* creates the file */
   sqlite3 *db = NULL;
   ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
   ck_assert_int_eq(sqlite3_exec(db,
@@ -610,7 +534,7 @@ START_TEST(test_newer_user_version_untouched) {
                    SQLITE_OK);
   sqlite3_close(db);
   size_t before_size = 0, after_size = 0;
-  unsigned char *before = read_whole(path, &before_size);
+  unsigned char *before = sdpa_test_read_file(path, &before_size);
 
   sdpa_cache *cache = open_cache(path, &counter);
   ck_assert_ptr_nonnull(strstr(counter.last, "newer"));
@@ -618,7 +542,7 @@ START_TEST(test_newer_user_version_untouched) {
   check_memory_mode(cache, &counter);
   sdpa_cache_close(cache);
 
-  unsigned char *after = read_whole(path, &after_size);
+  unsigned char *after = sdpa_test_read_file(path, &after_size);
   ck_assert_uint_eq(before_size, after_size);
   ck_assert_int_eq(memcmp(before, after, before_size), 0);
   char *wal = join(dir, "kernels.sqlite-wal");
@@ -638,13 +562,13 @@ START_TEST(test_foreign_database_moved_aside) {
   char *path = join(dir, "kernels.sqlite");
   log_counter counter;
   counter_init(&counter);
-  db_exec(path, "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES "
+  sdpa_test_db_exec(path, "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES "
                 "('mine'); PRAGMA application_id = 305419896;");
   sdpa_cache *cache = open_cache(path, &counter);
   ck_assert_int_eq(counter.warnings, 1);
   char *moved = NULL;
   ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.foreign-", &moved), 1);
-  ck_assert_int_eq(db_int(moved, "SELECT count(*) FROM notes"), 1);
+  ck_assert_int_eq(sdpa_test_db_int(moved, "SELECT count(*) FROM notes"), 1);
   store_row(cache, 9, 800, 9);
   ck_assert_int_eq(lookup_row(cache, 9, 800, 9, NULL), SDPA_STATUS_SUCCESS);
   sdpa_cache_close(cache);
@@ -733,12 +657,12 @@ START_TEST(test_hit_writes_nothing_and_counts_flush_at_close) {
   sdpa_cache *cache = open_cache(path, &counter);
   store_row(cache, 11, 2000, 11);
   sdpa_cache_close(cache);
-  int64_t created = db_int(path, "SELECT created FROM kernels");
+  int64_t created = sdpa_test_db_int(path, "SELECT created FROM kernels");
 
   cache = open_cache(path, &counter);
   /* Another connection holds the write lock: a lookup that tried to write
    * would wait for the busy timeout and warn. */
-  sqlite3 *writer = open_db(path);
+  sqlite3 *writer = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   sqlite3_busy_timeout(writer, 0);
   ck_assert_int_eq(sqlite3_exec(writer, "BEGIN IMMEDIATE", NULL, NULL, NULL),
                    SQLITE_OK);
@@ -756,7 +680,7 @@ START_TEST(test_hit_writes_nothing_and_counts_flush_at_close) {
   ck_assert(same_state(&wal_before, &wal_after));
   ck_assert_int_eq(sqlite3_exec(writer, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
   sqlite3_close(writer);
-  ck_assert_int_eq(db_int(path, "SELECT hits FROM kernels"), 0);
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT hits FROM kernels"), 0);
 
   /* In-memory counts show in what the inspection calls return. */
   sdpa_cache_stats stats;
@@ -776,8 +700,8 @@ START_TEST(test_hit_writes_nothing_and_counts_flush_at_close) {
   ck_assert_int_eq(counter.warnings, 0);
   sdpa_cache_close(cache);
 
-  ck_assert_int_eq(db_int(path, "SELECT hits FROM kernels"), 3);
-  ck_assert_int_ge(db_int(path, "SELECT last_used FROM kernels"), created);
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT hits FROM kernels"), 3);
+  ck_assert_int_ge(sdpa_test_db_int(path, "SELECT last_used FROM kernels"), created);
   free(wal);
   free(path);
   sdpa_test_rmtree(dir);
@@ -794,7 +718,7 @@ static void set_age(const char *path, unsigned number, int64_t age) {
            "= '%s'",
            (long long)((int64_t)time(NULL) - age),
            (long long)((int64_t)time(NULL) - age), hash);
-  db_exec(path, sql);
+  sdpa_test_db_exec(path, sql);
 }
 
 START_TEST(test_prune_by_size_keeps_recently_used) {
@@ -832,7 +756,7 @@ START_TEST(test_prune_by_size_keeps_recently_used) {
                    SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(removed, 0);
   sdpa_cache_close(cache);
-  ck_assert_int_eq(db_int(path, "SELECT hits FROM kernels WHERE key_hash = "
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT hits FROM kernels WHERE key_hash = "
                                 "'00000000000000000000000000000015'"),
                    1); /* written by the prune, not counted twice at close */
   ck_assert_int_eq(counter.warnings, 0);
@@ -866,7 +790,7 @@ START_TEST(test_store_enforces_size_cap) {
   ck_assert_int_eq(lookup_row(cache, 33, 1000, 3, NULL), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(lookup_row(cache, 34, 1000, 4, NULL), SDPA_STATUS_SUCCESS);
   sdpa_cache_close(cache);
-  ck_assert_int_eq(db_int(path, "SELECT sum(cubin_bytes) FROM kernels"), 3000);
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT sum(cubin_bytes) FROM kernels"), 3000);
   ck_assert_int_eq(counter.warnings, 0);
   free(path);
   sdpa_test_rmtree(dir);
@@ -893,7 +817,7 @@ START_TEST(test_prune_by_age) {
   ck_assert_int_eq(lookup_row(cache, 42, 1500, 2, NULL), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(lookup_row(cache, 43, 1500, 3, NULL), SDPA_STATUS_SUCCESS);
   sdpa_cache_close(cache);
-  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), 2);
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels"), 2);
   free(path);
   sdpa_test_rmtree(dir);
   free(dir);
@@ -921,10 +845,10 @@ START_TEST(test_verify_removes_corrupted_row) {
   ck_assert_int_eq(removed, 0);
   ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL), SDPA_STATUS_SUCCESS);
   sdpa_cache_close(cache);
-  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels WHERE key_hash "
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels WHERE key_hash "
                                 "= '00000000000000000000000000000034'"),
                    0);
-  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), 2);
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels"), 2);
   free(path);
   sdpa_test_rmtree(dir);
   free(dir);
@@ -1015,7 +939,7 @@ START_TEST(test_get_entry_by_prefix_and_text) {
   sdpa_cache_close(cache);
 
   /* A damaged cubin is refused and removed. */
-  sqlite3 *db = open_db(path);
+  sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   ck_assert_int_eq(sqlite3_exec(db,
                                 "UPDATE kernels SET checksum = checksum + 1 "
                                 "WHERE key_text = 'sdpa_bwd;row=3'",
@@ -1142,7 +1066,7 @@ START_TEST(test_shipped_database_first_and_never_written) {
   sdpa_cache_close(cache);
   flip_cubin_byte(shipped, 71);
   unsigned char *noise = make_cubin(5000, 5);
-  write_whole(junk, noise, 5000);
+  sdpa_test_write_file(junk, noise, 5000);
   free(noise);
   /* The user's database has both keys with other bytes, and key 72. */
   cache = open_cache(user, &counter);
@@ -1152,7 +1076,7 @@ START_TEST(test_shipped_database_first_and_never_written) {
   sdpa_cache_close(cache);
   ck_assert_int_eq(counter.warnings, 0);
   size_t before_size = 0, after_size = 0;
-  unsigned char *before = read_whole(shipped, &before_size);
+  unsigned char *before = sdpa_test_read_file(shipped, &before_size);
 
   const char *layers[] = {missing, shipped, junk};
   sdpa_cache_config cfg = {0};
@@ -1213,7 +1137,7 @@ START_TEST(test_shipped_database_first_and_never_written) {
   ck_assert_int_eq(source, SDPA_SOURCE_SHIPPED);
   sdpa_cache_close(cache);
 
-  unsigned char *after = read_whole(shipped, &after_size);
+  unsigned char *after = sdpa_test_read_file(shipped, &after_size);
   ck_assert_uint_eq(before_size, after_size);
   ck_assert_int_eq(memcmp(before, after, before_size), 0);
   char *shm = join(dir, "image/shipped.sqlite-shm");
@@ -1221,8 +1145,8 @@ START_TEST(test_shipped_database_first_and_never_written) {
   ck_assert_int_eq(count_prefixed(dir, "image", NULL), 1);
   char *image = join(dir, "image");
   ck_assert_int_eq(count_prefixed(image, "junk.sqlite.", NULL), 0);
-  ck_assert_int_eq(db_int(shipped, "SELECT sum(hits) FROM kernels"), 0);
-  ck_assert_int_eq(db_int(user, "SELECT count(*) FROM kernels"), 0);
+  ck_assert_int_eq(sdpa_test_db_int(shipped, "SELECT sum(hits) FROM kernels"), 0);
+  ck_assert_int_eq(sdpa_test_db_int(user, "SELECT count(*) FROM kernels"), 0);
   free(image);
   free(shm);
   free(before);
@@ -1330,8 +1254,8 @@ START_TEST(test_processes_compile_each_key_once) {
   struct stat st;
   ck_assert_int_eq(stat(compiled, &st), 0);
   ck_assert_int_eq(st.st_size, 5); /* each shared key compiled once */
-  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), 5 + PROCESSES);
-  ck_assert_int_eq(db_int(path, "SELECT sum(hits) FROM kernels WHERE key_hash "
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels"), 5 + PROCESSES);
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT sum(hits) FROM kernels WHERE key_hash "
                                 "< '00000000000000000000000000000258'"),
                    5 * (PROCESSES - 1));
   free(compiled);
@@ -1391,7 +1315,7 @@ START_TEST(test_shared_by_threads) {
   ck_assert_int_eq(stats.entries, 160);
   ck_assert_int_eq(stats.hits, 160);
   sdpa_cache_close(cache);
-  ck_assert_int_eq(db_int(path, "SELECT sum(hits) FROM kernels"), 160);
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT sum(hits) FROM kernels"), 160);
   ck_assert_int_eq(counter.warnings, 0);
   free(path);
   sdpa_test_rmtree(dir);
@@ -1424,7 +1348,7 @@ START_TEST(test_remove_and_disabled) {
   ck_assert_int_eq(lookup_row(cache, 81, 400, 81, NULL), SDPA_STATUS_NOT_FOUND);
   sdpa_cache_close(cache);
   ck_assert_int_eq(counter.warnings, 0); /* asked for: nothing to warn */
-  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), 0);
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels"), 0);
   free(path);
   sdpa_test_rmtree(dir);
   free(dir);
@@ -1530,7 +1454,7 @@ START_TEST(test_sql_files_run_in_the_shell) {
   }
   /* The embedded schema is the file's text. */
   size_t size = 0;
-  unsigned char *text = read_whole(SDPA_TEST_SOURCE_DIR "/cache/schema.sql", &size);
+  unsigned char *text = sdpa_test_read_file(SDPA_TEST_SOURCE_DIR "/cache/schema.sql", &size);
   ck_assert_uint_eq(strlen(sdpa_embedded_schema_sql), size);
   ck_assert_int_eq(memcmp(text, sdpa_embedded_schema_sql, size), 0);
   free(text);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "check_main.h"
+#include "test_db.h"
 #include "cubin_elf.h"
 #include "driver.h"
 #include "instantiate.h"
@@ -75,12 +76,6 @@ static sdpa_runtime *open_runtime(const char *path, int arch,
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "runtime_create: %s",
                 sdpa_last_error());
   return rt;
-}
-
-static char *path_in(const char *dir, const char *name) {
-  char *path = NULL;
-  ck_assert_int_gt(asprintf(&path, "%s/%s", dir, name), 0);
-  return path;
 }
 
 typedef struct variant {
@@ -197,7 +192,7 @@ static void check_no_spills(const char *log, const char *function,
 
 /* Compiles the whole grid for `arch` into the shared cache, two threads. */
 static void compile_grid(int arch) {
-  char *path = path_in(shared_dir, "kernels.sqlite");
+  char *path = sdpa_test_path(shared_dir, "kernels.sqlite");
   sdpa_runtime *rt = open_runtime(path, arch, NULL);
   variant vs[32];
   int n = grid(vs);
@@ -296,7 +291,7 @@ static sdpa_source compile_once(sdpa_bwd_plan *plan) {
 
 /* Compiled in one runtime, found on disk by the next, in memory after. */
 START_TEST(disk_then_memory) {
-  char *path = path_in(shared_dir, "kernels.sqlite");
+  char *path = sdpa_test_path(shared_dir, "kernels.sqlite");
   sdpa_bwd_desc d = small_desc(80);
 
   sdpa_runtime *a = open_runtime(path, 80, NULL);
@@ -344,39 +339,12 @@ END_TEST
 
 /* Replaces the stored cubin of `hash` with itself with one byte flipped. */
 static void flip_cubin_byte(const char *path, const char *hash) {
-  sqlite3 *db = NULL;
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
-  ck_assert_int_eq(sqlite3_prepare_v2(db,
-                                      "SELECT cubin FROM kernels WHERE "
-                                      "key_hash = ?1",
-                                      -1, &stmt, NULL),
-                   SQLITE_OK);
-  sqlite3_bind_text(stmt, 1, hash, -1, SQLITE_STATIC);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
-  int size = sqlite3_column_bytes(stmt, 0);
-  ck_assert_int_gt(size, 1000);
-  unsigned char *bytes = malloc((size_t)size);
-  memcpy(bytes, sqlite3_column_blob(stmt, 0), (size_t)size);
-  sqlite3_finalize(stmt);
-  bytes[size / 2] ^= 0x5a;
-  ck_assert_int_eq(sqlite3_prepare_v2(db,
-                                      "UPDATE kernels SET cubin = ?1 WHERE "
-                                      "key_hash = ?2",
-                                      -1, &stmt, NULL),
-                   SQLITE_OK);
-  sqlite3_bind_blob(stmt, 1, bytes, size, SQLITE_STATIC);
-  sqlite3_bind_text(stmt, 2, hash, -1, SQLITE_STATIC);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_DONE);
-  ck_assert_int_eq(sqlite3_changes(db), 1);
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  free(bytes);
+  ck_assert_int_gt(sdpa_test_db_flip_cubin(path, hash, 0x5a), 1000);
 }
 
 START_TEST(damaged_cubin_is_recompiled) {
   char *dir = sdpa_test_tmpdir("flip");
-  char *path = path_in(dir, "kernels.sqlite");
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
   sdpa_bwd_desc d = small_desc(80);
 
   sdpa_runtime *rt = open_runtime(path, 80, NULL);
@@ -429,7 +397,7 @@ static int has_entry_prefixed(const char *dir, const char *prefix) {
 
 START_TEST(not_a_database_is_moved_aside) {
   char *dir = sdpa_test_tmpdir("notdb");
-  char *path = path_in(dir, "kernels.sqlite");
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
   FILE *f = fopen(path, "w");
   ck_assert_ptr_nonnull(f);
   for (int i = 0; i < 200; i++) fputs("this is not a database\n", f);
@@ -459,11 +427,11 @@ END_TEST
 
 START_TEST(uncreatable_directory_works_in_memory) {
   char *dir = sdpa_test_tmpdir("nodir");
-  char *file = path_in(dir, "file");
+  char *file = sdpa_test_path(dir, "file");
   FILE *f = fopen(file, "w");
   ck_assert_ptr_nonnull(f);
   fclose(f);
-  char *path = path_in(file, "sub/kernels.sqlite"); /* under a regular file */
+  char *path = sdpa_test_path(file, "sub/kernels.sqlite"); /* under a regular file */
 
   log_counter log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
   sdpa_runtime *rt = open_runtime(path, 80, &log);
@@ -565,7 +533,7 @@ static void *flight_worker(void *arg) {
 
 START_TEST(single_flight_in_process) {
   char *dir = sdpa_test_tmpdir("flight");
-  char *path = path_in(dir, "kernels.sqlite");
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
   sdpa_runtime *rt = open_runtime(path, 90, NULL);
   sdpa_bwd_desc d = small_desc(90);
   flight_job jobs[4];
@@ -601,7 +569,7 @@ END_TEST
  * wait for its key lock and find the row. */
 START_TEST(single_flight_across_processes) {
   char *dir = sdpa_test_tmpdir("ranks");
-  char *path = path_in(dir, "kernels.sqlite");
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
   enum { RANKS = 3 };
   pid_t pids[RANKS];
   for (int r = 0; r < RANKS; r++) {
@@ -644,7 +612,7 @@ END_TEST
 
 /* What a user pays after the first compile (printed, not asserted). */
 START_TEST(timings) {
-  char *path = path_in(shared_dir, "kernels.sqlite");
+  char *path = sdpa_test_path(shared_dir, "kernels.sqlite");
   sdpa_bwd_desc d = small_desc(80);
   sdpa_runtime *warm = open_runtime(path, 80, NULL);
   sdpa_bwd_plan *plan = make_plan(warm, &d);

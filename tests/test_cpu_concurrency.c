@@ -44,6 +44,7 @@
 
 #include "cache.h"
 #include "check_main.h"
+#include "test_db.h"
 #include "plan.h"
 #include "sdpa_jit.h"
 
@@ -61,12 +62,6 @@ static void sleep_ms(int ms) {
   struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
   while (nanosleep(&t, &t) != 0 && errno == EINTR) {
   }
-}
-
-static char *path_in(const char *dir, const char *name) {
-  char *path = NULL;
-  ck_assert_int_gt(asprintf(&path, "%s/%s", dir, name), 0);
-  return path;
 }
 
 /* Warnings a runtime logged; the first one is kept for messages. */
@@ -157,21 +152,6 @@ static int wait_until(pid_t pid, double deadline) {
     }
     sleep_ms(5);
   }
-}
-
-/* PRAGMA integrity_check of a file, through a connection of its own. */
-static void check_integrity(const char *path) {
-  sqlite3 *db = NULL;
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL),
-                   SQLITE_OK);
-  ck_assert_int_eq(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &stmt,
-                                      NULL),
-                   SQLITE_OK);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
-  ck_assert_str_eq((const char *)sqlite3_column_text(stmt, 0), "ok");
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
 }
 
 static int64_t row_count(const char *path) {
@@ -269,7 +249,7 @@ static void run_rank(int rank, const char *db_path, const char *report_path,
 
 START_TEST(eight_ranks_compile_each_key_once) {
   char *dir = sdpa_test_tmpdir("ranks");
-  char *db = path_in(dir, "kernels.sqlite");
+  char *db = sdpa_test_path(dir, "kernels.sqlite");
   char *reports[PROCESSES];
   pid_t pids[PROCESSES];
   int start[2];
@@ -277,7 +257,7 @@ START_TEST(eight_ranks_compile_each_key_once) {
   for (int r = 0; r < PROCESSES; r++) {
     char name[32];
     snprintf(name, sizeof name, "rank-%d.report", r);
-    reports[r] = path_in(dir, name);
+    reports[r] = sdpa_test_path(dir, name);
     pids[r] = fork();
     ck_assert_int_ge(pids[r], 0);
     if (pids[r] == 0) {
@@ -346,7 +326,7 @@ START_TEST(eight_ranks_compile_each_key_once) {
     for (int j = 0; j < i; j++)
       ck_assert_str_ne(all[0].keys[i].key_hash, all[0].keys[j].key_hash);
 
-  check_integrity(db);
+  sdpa_test_db_check_integrity(db);
   ck_assert_int_eq(row_count(db), KEY_COUNT);
   printf("concurrency: %d processes x %d keys -> %d compiles, %d disk hits, "
          "0 warnings, %.1f s\n",
@@ -398,7 +378,7 @@ static void *thread_main(void *arg) {
 
 START_TEST(threads_share_a_runtime) {
   char *dir = sdpa_test_tmpdir("threads");
-  char *db = path_in(dir, "kernels.sqlite");
+  char *db = sdpa_test_path(dir, "kernels.sqlite");
   log_counter counter;
   counter_init(&counter);
   sdpa_runtime *rt = runtime_on(db, &counter);
@@ -448,7 +428,7 @@ START_TEST(threads_share_a_runtime) {
   ck_assert_int_eq(sdpa_cache_stats_get(rt, &stats), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(stats.entries, THREAD_KEYS);
   sdpa_runtime_destroy(rt);
-  check_integrity(db);
+  sdpa_test_db_check_integrity(db);
   printf("concurrency: %d threads x 3 of %d keys -> %d compiles, %d memory "
          "hits\n",
          THREADS, THREAD_KEYS, THREAD_KEYS, memory);
@@ -557,7 +537,7 @@ START_TEST(killed_lock_holder_does_not_block) {
   enum { WAITERS = 3, HOLD_MS = 1500 };
   const int key = 4;
   char *dir = sdpa_test_tmpdir("killed");
-  char *db = path_in(dir, "kernels.sqlite");
+  char *db = sdpa_test_path(dir, "kernels.sqlite");
   char hash[33];
   key_hash_of(key, hash);
   pid_t holder = start_lock_holder(db, hash);
@@ -569,7 +549,7 @@ START_TEST(killed_lock_holder_does_not_block) {
   for (int w = 0; w < WAITERS; w++) {
     char name[32];
     snprintf(name, sizeof name, "waiter-%d.report", w);
-    reports[w] = path_in(dir, name);
+    reports[w] = sdpa_test_path(dir, name);
     waiters[w] = start_waiter(db, key, reports[w], start[0]);
   }
   close(start[0]);
@@ -610,7 +590,7 @@ START_TEST(killed_lock_holder_does_not_block) {
   ck_assert_int_eq(disk, WAITERS - 1);
   /* Released by the kill, not by the lock timeout (120 s). */
   ck_assert_double_lt(slowest, killed_at + 60e3);
-  check_integrity(db);
+  sdpa_test_db_check_integrity(db);
   printf("concurrency: lock holder killed after %.0f ms; %d waiters done "
          "%.0f ms after the kill (1 compile, %d disk hits)\n",
          killed_at, WAITERS, slowest - killed_at, disk);
@@ -635,7 +615,7 @@ START_TEST(hung_lock_holder_times_out) {
   enum { WAITERS = 2, TIMEOUT_MS = 1500, BUILT_IN_MS = 120000 };
   const int key = 7;
   char *dir = sdpa_test_tmpdir("hung");
-  char *db = path_in(dir, "kernels.sqlite");
+  char *db = sdpa_test_path(dir, "kernels.sqlite");
   char hash[33];
   key_hash_of(key, hash);
   pid_t holder = start_lock_holder(db, hash);
@@ -650,7 +630,7 @@ START_TEST(hung_lock_holder_times_out) {
   for (int w = 0; w < WAITERS; w++) {
     char name[32];
     snprintf(name, sizeof name, "waiter-%d.report", w);
-    reports[w] = path_in(dir, name);
+    reports[w] = sdpa_test_path(dir, name);
     waiters[w] = start_waiter(db, key, reports[w], start[0]);
   }
   unsetenv("SDPA_JIT_LOCK_TIMEOUT_MS");
@@ -690,7 +670,7 @@ START_TEST(hung_lock_holder_times_out) {
   }
   ck_assert_int_eq(kill(holder, SIGKILL), 0);
   waitpid(holder, NULL, 0);
-  check_integrity(db);
+  sdpa_test_db_check_integrity(db);
   ck_assert_int_eq(row_count(db), 1);
   for (int w = 0; w < WAITERS; w++) free(reports[w]);
   sdpa_test_rmtree(dir);

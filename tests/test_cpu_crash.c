@@ -66,12 +66,6 @@ static shared_state *shared;
 
 /* ------------------------------------------------------------- helpers */
 
-static char *path_in(const char *dir, const char *name) {
-  char *path = NULL;
-  ck_assert_int_gt(asprintf(&path, "%s/%s", dir, name), 0);
-  return path;
-}
-
 static void make_hash(char out[33], int key) { snprintf(out, 33, "%032x", key + 1); }
 
 static void make_text(char *out, size_t size, int key) {
@@ -281,7 +275,7 @@ static round_result check_after_kill(const char *dir, const char *path,
 
 START_TEST(sigkill_during_stores) {
   char *dir = sdpa_test_tmpdir("crash");
-  char *path = path_in(dir, "kernels.sqlite");
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
   shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ck_assert_ptr_ne(shared, MAP_FAILED);

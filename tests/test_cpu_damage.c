@@ -41,6 +41,7 @@
 #include <sqlite3.h>
 
 #include "check_main.h"
+#include "test_db.h"
 #include "plan.h"
 #include "sdpa_jit.h"
 
@@ -57,12 +58,6 @@ static char *golden_path; /* K0..K3, WAL checkpointed into the file */
 static golden_info golden;
 
 /* ------------------------------------------------------------- helpers */
-
-static char *path_in(const char *dir, const char *name) {
-  char *path = NULL;
-  ck_assert_int_gt(asprintf(&path, "%s/%s", dir, name), 0);
-  return path;
-}
 
 /* Warnings a runtime logged, all of them kept (a test checks each). */
 typedef struct log_counter {
@@ -163,34 +158,14 @@ static sdpa_source compile_key(sdpa_runtime *rt, int k, sdpa_bwd_plan **out) {
   return source;
 }
 
-static unsigned char *read_whole(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot read %s", path);
-  fseek(f, 0, SEEK_END);
-  long length = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *data = malloc(length > 0 ? (size_t)length : 1);
-  ck_assert_uint_eq(fread(data, 1, (size_t)length, f), (size_t)length);
-  fclose(f);
-  *size = (size_t)length;
-  return data;
-}
-
-static void write_whole(const char *path, const void *data, size_t size) {
-  FILE *f = fopen(path, "wb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fwrite(data, 1, size, f), size);
-  fclose(f);
-}
-
 /* A fresh directory holding a copy of the golden database as
  * <dir>/kernels.sqlite; *path gets that path. */
 static char *golden_copy(const char *tag, char **path) {
   char *dir = sdpa_test_tmpdir(tag);
   size_t size = 0;
-  unsigned char *bytes = read_whole(golden_path, &size);
-  *path = path_in(dir, "kernels.sqlite");
-  write_whole(*path, bytes, size);
+  unsigned char *bytes = sdpa_test_read_file(golden_path, &size);
+  *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_write_file(*path, bytes, size);
   free(bytes);
   return dir;
 }
@@ -211,56 +186,16 @@ static int count_prefixed(const char *dir, const char *prefix, char **found) {
     n++;
     if (found) {
       free(*found);
-      *found = path_in(dir, e->d_name);
+      *found = sdpa_test_path(dir, e->d_name);
     }
   }
   closedir(d);
   return n;
 }
 
-static sqlite3 *open_db(const char *path) {
-  sqlite3 *db = NULL;
-  ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL),
-                   SQLITE_OK);
-  sqlite3_busy_timeout(db, 5000);
-  return db;
-}
-
-static void db_exec(const char *path, const char *sql) {
-  sqlite3 *db = open_db(path);
-  char *message = NULL;
-  int rc = sqlite3_exec(db, sql, NULL, NULL, &message);
-  ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, message ? message : "?");
-  sqlite3_free(message);
-  sqlite3_close(db);
-}
-
-static int64_t db_int(const char *path, const char *sql) {
-  sqlite3 *db = open_db(path);
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &stmt, NULL), SQLITE_OK);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
-  int64_t value = sqlite3_column_int64(stmt, 0);
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return value;
-}
-
-static void check_integrity(const char *path) {
-  sqlite3 *db = open_db(path);
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &stmt,
-                                      NULL),
-                   SQLITE_OK);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
-  ck_assert_str_eq((const char *)sqlite3_column_text(stmt, 0), "ok");
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-}
-
 /* Nonzero when the row of key k is in the file at `path`. */
 static int has_row(const char *path, int k) {
-  sqlite3 *db = open_db(path);
+  sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE);
   sqlite3_stmt *stmt = NULL;
   ck_assert_int_eq(sqlite3_prepare_v2(db,
                                       "SELECT count(*) FROM kernels WHERE "
@@ -278,38 +213,12 @@ static int has_row(const char *path, int k) {
 /* Flips one byte in the middle of key k's stored cubin; the checksum
  * column stays as it was. */
 static void flip_cubin_byte(const char *path, int k) {
-  sqlite3 *db = open_db(path);
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_prepare_v2(db,
-                                      "SELECT cubin FROM kernels WHERE "
-                                      "key_hash = ?1",
-                                      -1, &stmt, NULL),
-                   SQLITE_OK);
-  sqlite3_bind_text(stmt, 1, golden.hash[k], -1, SQLITE_STATIC);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
-  int size = sqlite3_column_bytes(stmt, 0);
-  ck_assert_int_gt(size, 1000);
-  unsigned char *bytes = malloc((size_t)size);
-  memcpy(bytes, sqlite3_column_blob(stmt, 0), (size_t)size);
-  sqlite3_finalize(stmt);
-  bytes[size / 2] ^= 0xA5;
-  ck_assert_int_eq(sqlite3_prepare_v2(db,
-                                      "UPDATE kernels SET cubin = ?1 WHERE "
-                                      "key_hash = ?2",
-                                      -1, &stmt, NULL),
-                   SQLITE_OK);
-  sqlite3_bind_blob(stmt, 1, bytes, size, SQLITE_STATIC);
-  sqlite3_bind_text(stmt, 2, golden.hash[k], -1, SQLITE_STATIC);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_DONE);
-  ck_assert_int_eq(sqlite3_changes(db), 1);
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  free(bytes);
+  ck_assert_int_gt(sdpa_test_db_flip_cubin(path, golden.hash[k], 0xA5), 1000);
 }
 
 /* Sets last_used of key k to now - age seconds. */
 static void set_age(const char *path, int k, int64_t age) {
-  sqlite3 *db = open_db(path);
+  sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE);
   sqlite3_stmt *stmt = NULL;
   ck_assert_int_eq(sqlite3_prepare_v2(db,
                                       "UPDATE kernels SET last_used = ?1, "
@@ -367,7 +276,7 @@ START_TEST(flipped_cubin_byte) {
   ck_assert_int_eq(compile_key(rt, 0, NULL), SDPA_SOURCE_DISK);
   sdpa_runtime_destroy(rt);
   ck_assert_int_eq(log.warnings, 0);
-  check_integrity(path);
+  sdpa_test_db_check_integrity(path);
   sdpa_test_rmtree(dir);
   free(path);
   free(dir);
@@ -381,7 +290,7 @@ END_TEST
 START_TEST(truncated_database) {
   char *path = NULL;
   char *dir = golden_copy("trunc", &path);
-  int64_t page = db_int(path, "PRAGMA page_size");
+  int64_t page = sdpa_test_db_int(path, "PRAGMA page_size");
   int64_t full = file_size(path);
   ck_assert_int_gt(full, 8 * page);
   ck_assert_int_eq(truncate(path, 3 * page), 0);
@@ -407,7 +316,7 @@ START_TEST(truncated_database) {
   ck_assert_int_eq(compile_key(rt, 3, NULL), SDPA_SOURCE_DISK);
   sdpa_runtime_destroy(rt);
   ck_assert_int_eq(log.warnings, 0);
-  check_integrity(path);
+  sdpa_test_db_check_integrity(path);
   free(moved);
   sdpa_test_rmtree(dir);
   free(path);
@@ -419,8 +328,8 @@ END_TEST
  * warning, nothing moved aside. */
 START_TEST(zero_length_file) {
   char *dir = sdpa_test_tmpdir("empty");
-  char *path = path_in(dir, "kernels.sqlite");
-  write_whole(path, "", 0);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_write_file(path, "", 0);
   log_counter log;
   counter_init(&log);
   sdpa_runtime *rt = runtime_on(path, &log);
@@ -429,7 +338,7 @@ START_TEST(zero_length_file) {
   sdpa_runtime_destroy(rt);
   ck_assert_msg(log.warnings == 0, "warned: %s", log.text[0]);
   ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.", NULL), 0);
-  check_integrity(path);
+  sdpa_test_db_check_integrity(path);
   ck_assert(has_row(path, 0));
   sdpa_test_rmtree(dir);
   free(path);
@@ -441,12 +350,12 @@ END_TEST
  * new cache started, one warning that names both files. */
 START_TEST(random_bytes_file) {
   char *dir = sdpa_test_tmpdir("junk");
-  char *path = path_in(dir, "kernels.sqlite");
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
   enum { JUNK = 65536 };
   unsigned char *junk = malloc(JUNK);
   unsigned state = 12345;
   for (int i = 0; i < JUNK; i++) junk[i] = (unsigned char)rand_r(&state);
-  write_whole(path, junk, JUNK);
+  sdpa_test_write_file(path, junk, JUNK);
 
   log_counter log;
   counter_init(&log);
@@ -460,10 +369,10 @@ START_TEST(random_bytes_file) {
   sdpa_runtime_destroy(rt);
   ck_assert_int_eq(log.warnings, 1);
   size_t size = 0;
-  unsigned char *kept = read_whole(moved, &size);
+  unsigned char *kept = sdpa_test_read_file(moved, &size);
   ck_assert_uint_eq(size, JUNK);
   ck_assert_int_eq(memcmp(kept, junk, JUNK), 0);
-  check_integrity(path);
+  sdpa_test_db_check_integrity(path);
   ck_assert(has_row(path, 0));
   free(kept);
   free(junk);
@@ -478,7 +387,7 @@ END_TEST
  * directory left alone, compiles keep working (the second from memory). */
 START_TEST(directory_in_place_of_file) {
   char *dir = sdpa_test_tmpdir("isdir");
-  char *path = path_in(dir, "kernels.sqlite");
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
   ck_assert_int_eq(mkdir(path, 0700), 0);
   log_counter log;
   counter_init(&log);
@@ -505,11 +414,11 @@ END_TEST
 START_TEST(newer_user_version) {
   char *path = NULL;
   char *dir = golden_copy("newer", &path);
-  db_exec(path, "PRAGMA user_version = 2");
-  char *wal = path_in(dir, "kernels.sqlite-wal");
+  sdpa_test_db_exec(path, "PRAGMA user_version = 2");
+  char *wal = sdpa_test_path(dir, "kernels.sqlite-wal");
   ck_assert_int_le(file_size(wal), 0); /* checkpointed at close */
   size_t before_size = 0, after_size = 0;
-  unsigned char *before = read_whole(path, &before_size);
+  unsigned char *before = sdpa_test_read_file(path, &before_size);
 
   log_counter log;
   counter_init(&log);
@@ -524,7 +433,7 @@ START_TEST(newer_user_version) {
   sdpa_runtime_destroy(rt);
   ck_assert_int_eq(log.warnings, 1);
 
-  unsigned char *after = read_whole(path, &after_size);
+  unsigned char *after = sdpa_test_read_file(path, &after_size);
   ck_assert_uint_eq(after_size, before_size);
   ck_assert_int_eq(memcmp(before, after, before_size), 0);
   ck_assert_int_le(file_size(wal), 0);
@@ -542,9 +451,9 @@ END_TEST
  * mode, one warning naming the directory, nothing created. */
 START_TEST(path_under_regular_file) {
   char *dir = sdpa_test_tmpdir("underfile");
-  char *file = path_in(dir, "plain-file");
-  write_whole(file, "x", 1);
-  char *path = path_in(file, "sdpa-jit/kernels.sqlite");
+  char *file = sdpa_test_path(dir, "plain-file");
+  sdpa_test_write_file(file, "x", 1);
+  char *path = sdpa_test_path(file, "sdpa-jit/kernels.sqlite");
   log_counter log;
   counter_init(&log);
   sdpa_runtime *rt = runtime_on(path, &log);
@@ -611,7 +520,7 @@ START_TEST(no_home_falls_back_to_temp) {
   ck_assert_int_eq(compile_key(rt, 0, NULL), SDPA_SOURCE_COMPILED);
   sdpa_runtime_destroy(rt);
   ck_assert_int_eq(log.warnings, 0);
-  check_integrity(expected);
+  sdpa_test_db_check_integrity(expected);
   ck_assert(has_row(expected, 0));
   free(expected);
   sdpa_test_rmtree(dir);
@@ -628,7 +537,7 @@ END_TEST
 START_TEST(hostile_column_values) {
   char *path = NULL;
   char *dir = golden_copy("columns", &path);
-  sqlite3 *db = open_db(path);
+  sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE);
   char *sql = sqlite3_mprintf("UPDATE kernels SET cubin_bytes = %lld, hits = "
                               "%lld WHERE key_hash IN (%Q, %Q)",
                               (long long)INT64_MAX, (long long)INT64_MAX,
@@ -637,10 +546,10 @@ START_TEST(hostile_column_values) {
   ck_assert_int_eq(sqlite3_changes(db), 2);
   sqlite3_free(sql);
   sqlite3_close(db);
-  char *shipped = path_in(dir, "shipped.sqlite");
+  char *shipped = sdpa_test_path(dir, "shipped.sqlite");
   size_t size = 0;
-  unsigned char *bytes = read_whole(path, &size);
-  write_whole(shipped, bytes, size);
+  unsigned char *bytes = sdpa_test_read_file(path, &size);
+  sdpa_test_write_file(shipped, bytes, size);
   free(bytes);
 
   const int64_t cap = 1 << 20;
@@ -685,8 +594,8 @@ START_TEST(hostile_column_values) {
   ck_assert_msg(log.warnings == 0, "warned: %s", log.text[0]);
   ck_assert(has_row(path, 4));
   ck_assert(!has_row(path, 0) && !has_row(path, 1));
-  ck_assert_int_le(db_int(path, "SELECT total(cubin_bytes) FROM kernels"), cap);
-  check_integrity(path);
+  ck_assert_int_le(sdpa_test_db_int(path, "SELECT total(cubin_bytes) FROM kernels"), cap);
+  sdpa_test_db_check_integrity(path);
   free(shipped);
   sdpa_test_rmtree(dir);
   free(path);
@@ -808,8 +717,8 @@ START_TEST(writes_fail_with_efbig) {
                 "warning: %s", r.warning);
 
   /* Afterwards the file is sound and holds exactly the earlier rows. */
-  check_integrity(path);
-  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM kernels"), GOLDEN_KEYS);
+  sdpa_test_db_check_integrity(path);
+  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels"), GOLDEN_KEYS);
   ck_assert(!has_row(path, 4) && !has_row(path, 5));
   log_counter log;
   counter_init(&log);
@@ -864,11 +773,11 @@ START_TEST(cache_max_bytes_prunes_least_recent) {
   ck_assert(has_row(path, 1));
   ck_assert(!has_row(path, 2));
   ck_assert(!has_row(path, 3));
-  check_integrity(path);
+  sdpa_test_db_check_integrity(path);
   /* Freed pages went back to the file system (incremental vacuum): the
    * file holds the three cubins and a few pages of b-tree, nothing of the
    * two pruned rows (about 110 KB). */
-  int64_t page = db_int(path, "PRAGMA page_size");
+  int64_t page = sdpa_test_db_int(path, "PRAGMA page_size");
   int64_t on_disk = file_size(path);
   int64_t kept = golden.size[4] + golden.size[0] + golden.size[1];
   ck_assert_msg(on_disk <= kept + 12 * page,
@@ -925,7 +834,7 @@ START_TEST(prune_keeps_recently_used) {
   ck_assert_int_eq(log.warnings, 0);
   ck_assert(!has_row(path, 0) && !has_row(path, 1));
   ck_assert(has_row(path, 2) && !has_row(path, 3));
-  check_integrity(path);
+  sdpa_test_db_check_integrity(path);
   sdpa_test_rmtree(dir);
   free(path);
   free(dir);

@@ -1,5 +1,6 @@
 /*
- * check_main.c — running a Check suite, and temp directories for tests.
+ * check_main.c — running a Check suite, and temp directories and files
+ * for tests.
  */
 #include "check_main.h"
 
@@ -33,4 +34,31 @@ void sdpa_test_rmtree(const char *path) {
   if (asprintf(&cmd, "chmod -R u+rwx '%s' 2>/dev/null; rm -rf '%s'", path, path) < 0) return;
   if (system(cmd) != 0) { /* best effort */ }
   free(cmd);
+}
+
+char *sdpa_test_path(const char *dir, const char *name) {
+  char *path = NULL;
+  ck_assert_int_gt(asprintf(&path, "%s/%s", dir, name), 0);
+  return path;
+}
+
+unsigned char *sdpa_test_read_file(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "cannot read %s", path);
+  fseek(f, 0, SEEK_END);
+  long length = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *data = malloc(length > 0 ? (size_t)length : 1);
+  ck_assert_ptr_nonnull(data);
+  ck_assert_uint_eq(fread(data, 1, (size_t)length, f), (size_t)length);
+  fclose(f);
+  *size = (size_t)length;
+  return data;
+}
+
+void sdpa_test_write_file(const char *path, const void *data, size_t size) {
+  FILE *f = fopen(path, "wb");
+  ck_assert_msg(f != NULL, "cannot write %s", path);
+  ck_assert_uint_eq(fwrite(data, 1, size, f), size);
+  fclose(f);
 }
