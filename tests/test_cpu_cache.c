@@ -12,7 +12,6 @@
  * another process (and is freed when that process is killed).
  */
 #include <check.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -24,49 +23,21 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <dirent.h>
 #include <sqlite3.h>
 #include <xxhash.h>
 
 #include "cache.h"
 #include "check_main.h"
+#include "test_cache.h"
 #include "test_db.h"
 
 /* ------------------------------------------------------------- helpers */
 
-/* Counts warnings a cache logs (and keeps the last one); prints them when
- * SDPA_TEST_VERBOSE is set. */
-typedef struct log_counter {
-  pthread_mutex_t mutex;
-  int warnings;
-  char last[2048];
-} log_counter;
-
-static void count_log(sdpa_log_level level, const char *message, void *user) {
-  log_counter *counter = user;
-  pthread_mutex_lock(&counter->mutex);
-  if (level == SDPA_LOG_WARNING) counter->warnings++;
-  snprintf(counter->last, sizeof counter->last, "%s", message);
-  if (getenv("SDPA_TEST_VERBOSE")) fprintf(stderr, "logged: %s\n", message);
-  pthread_mutex_unlock(&counter->mutex);
-}
-
-static void counter_init(log_counter *counter) {
-  memset(counter, 0, sizeof *counter);
-  pthread_mutex_init(&counter->mutex, NULL);
-}
-
-static char *join(const char *dir, const char *name) {
-  char *path = NULL;
-  ck_assert_int_ge(asprintf(&path, "%s/%s", dir, name), 0);
-  return path;
-}
-
-static sdpa_cache *open_cache(const char *path, log_counter *counter) {
+static sdpa_cache *open_cache(const char *path, sdpa_test_log *counter) {
   sdpa_cache_config cfg = {0};
   sdpa_cache *cache = NULL;
   cfg.path = path;
-  cfg.log = count_log;
+  cfg.log = sdpa_test_log_warning;
   cfg.log_user = counter;
   ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
   ck_assert_ptr_nonnull(cache);
@@ -157,45 +128,13 @@ static int exists(const char *path) {
   return stat(path, &st) == 0;
 }
 
-/* Number of entries in `dir` whose name starts with `prefix`; the last
- * one's full path goes to `found` (may be NULL). */
-static int count_prefixed(const char *dir, const char *prefix, char **found) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  int count = 0;
-  ck_assert_ptr_nonnull(d);
-  while ((e = readdir(d))) {
-    if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
-    count++;
-    if (found) {
-      free(*found);
-      *found = join(dir, e->d_name);
-    }
-  }
-  closedir(d);
-  return count;
-}
-
-static void sleep_ms_test(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-static double elapsed_ms(const struct timespec *start) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (double)(now.tv_sec - start->tv_sec) * 1e3 +
-         (double)(now.tv_nsec - start->tv_nsec) / 1e6;
-}
-
 /* --------------------------------------------------------------- tests */
 
 START_TEST(test_round_trip) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "a/b/kernels.sqlite"); /* parents are created */
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "a/b/kernels.sqlite"); /* parents are created */
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   char hash[33];
   make_hash(hash, 7);
   sdpa_cache_meta meta = make_meta(hash, "sdpa_bwd;key=7");
@@ -275,9 +214,9 @@ END_TEST
 
 START_TEST(test_key_text_mismatch_is_a_miss) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   store_row(cache, 1, 300, 1);
   char hash[33];
@@ -301,9 +240,9 @@ END_TEST
 
 START_TEST(test_flipped_cubin_byte_removes_row) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   store_row(cache, 3, 4096, 3);
   store_row(cache, 4, 4096, 4);
@@ -328,9 +267,9 @@ END_TEST
 
 START_TEST(test_random_bytes_file_moved_aside) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   unsigned char *junk = make_cubin(8192, 99);
   sdpa_test_write_file(path, junk, 8192);
 
@@ -339,7 +278,8 @@ START_TEST(test_random_bytes_file_moved_aside) {
   ck_assert_ptr_nonnull(strstr(counter.last, ".corrupt-"));
   ck_assert_str_eq(sdpa_cache_path(cache), path);
   char *moved = NULL;
-  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt-", &moved), 1);
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.corrupt-", &moved),
+                   1);
   size_t size = 0;
   unsigned char *kept = sdpa_test_read_file(moved, &size);
   ck_assert_uint_eq(size, 8192); /* moved, not rewritten */
@@ -360,9 +300,9 @@ END_TEST
 
 START_TEST(test_zero_length_file) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_test_write_file(path, "", 0);
   sdpa_cache *cache = open_cache(path, &counter);
   ck_assert_int_eq(counter.warnings, 0);
@@ -370,7 +310,7 @@ START_TEST(test_zero_length_file) {
   store_row(cache, 6, 700, 6);
   ck_assert_int_eq(lookup_row(cache, 6, 700, 6, NULL), SDPA_STATUS_SUCCESS);
   sdpa_cache_close(cache);
-  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt-", NULL), 0);
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.corrupt-", NULL), 0);
   ck_assert_int_eq(sdpa_test_db_int(path, "PRAGMA application_id"),
                    SDPA_CACHE_APPLICATION_ID);
   free(path);
@@ -381,9 +321,9 @@ END_TEST
 
 START_TEST(test_truncated_database) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   for (unsigned i = 0; i < 20; i++) store_row(cache, 100 + i, 5000 + 700 * i, i);
   sdpa_cache_close(cache);
@@ -397,7 +337,7 @@ START_TEST(test_truncated_database) {
     sdpa_status status = lookup_row(cache, 100 + i, 5000 + 700 * i, i, NULL);
     ck_assert(status == SDPA_STATUS_SUCCESS || status == SDPA_STATUS_NOT_FOUND);
   }
-  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt-", NULL), 1);
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.corrupt-", NULL), 1);
   ck_assert_int_eq(counter.warnings, 1);
   store_row(cache, 200, 900, 200);
   ck_assert_int_eq(lookup_row(cache, 200, 900, 200, NULL), SDPA_STATUS_SUCCESS);
@@ -418,9 +358,9 @@ START_TEST(test_damage_found_after_open) {
   /* Page 1 (header and schema) intact, the b-tree pages behind it
    * overwritten: the file opens, and the first lookup finds the damage. */
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   for (unsigned i = 0; i < 8; i++) store_row(cache, 300 + i, 3000, i);
   sdpa_cache_close(cache);
@@ -436,7 +376,7 @@ START_TEST(test_damage_found_after_open) {
   ck_assert_int_eq(counter.warnings, 0);
   ck_assert_int_eq(lookup_row(cache, 300, 3000, 0, NULL), SDPA_STATUS_NOT_FOUND);
   ck_assert_int_eq(counter.warnings, 1);
-  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt-", NULL), 1);
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.corrupt-", NULL), 1);
   ck_assert_str_eq(sdpa_cache_path(cache), path);
   store_row(cache, 400, 900, 4);
   ck_assert_int_eq(lookup_row(cache, 400, 900, 4, NULL), SDPA_STATUS_SUCCESS);
@@ -450,7 +390,7 @@ START_TEST(test_damage_found_after_open) {
 END_TEST
 
 /* Memory mode: one warning, and nothing fails afterwards. */
-static void check_memory_mode(sdpa_cache *cache, log_counter *counter) {
+static void check_memory_mode(sdpa_cache *cache, sdpa_test_log *counter) {
   ck_assert_int_eq(counter->warnings, 1);
   ck_assert_ptr_null(sdpa_cache_path(cache));
   store_row(cache, 8, 500, 8);
@@ -478,9 +418,9 @@ static void check_memory_mode(sdpa_cache *cache, log_counter *counter) {
 
 START_TEST(test_directory_in_place_of_file) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   ck_assert_int_eq(mkdir(path, 0700), 0);
   sdpa_cache *cache = open_cache(path, &counter);
   ck_assert_ptr_nonnull(strstr(counter.last, "directory"));
@@ -499,11 +439,11 @@ END_TEST
 
 START_TEST(test_uncreatable_directory) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *blocker = join(dir, "file");
+  char *blocker = sdpa_test_path(dir, "file");
   sdpa_test_write_file(blocker, "x", 1);
-  char *path = join(dir, "file/sub/kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "file/sub/kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   ck_assert_ptr_nonnull(strstr(counter.last, "file/sub"));
   check_memory_mode(cache, &counter);
@@ -518,21 +458,16 @@ END_TEST
 
 START_TEST(test_newer_user_version_untouched) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
-  sdpa_test_db_exec(path, ""); /* creates the file */
-  sqlite3 *db = NULL;
-  ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
-  ck_assert_int_eq(sqlite3_exec(db,
-                                "CREATE TABLE kernels (key_hash TEXT PRIMARY "
-                                "KEY, future BLOB);"
-                                "INSERT INTO kernels VALUES ('x', x'0102');"
-                                "PRAGMA application_id = 1396985921;"
-                                "PRAGMA user_version = 2;",
-                                NULL, NULL, NULL),
-                   SQLITE_OK);
-  sqlite3_close(db);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
+  /* A file of a newer layout, made by hand. */
+  sdpa_test_db_exec(path,
+                    "CREATE TABLE kernels (key_hash TEXT PRIMARY KEY, future "
+                    "BLOB);"
+                    "INSERT INTO kernels VALUES ('x', x'0102');"
+                    "PRAGMA application_id = 1396985921;"
+                    "PRAGMA user_version = 2;");
   size_t before_size = 0, after_size = 0;
   unsigned char *before = sdpa_test_read_file(path, &before_size);
 
@@ -545,9 +480,9 @@ START_TEST(test_newer_user_version_untouched) {
   unsigned char *after = sdpa_test_read_file(path, &after_size);
   ck_assert_uint_eq(before_size, after_size);
   ck_assert_int_eq(memcmp(before, after, before_size), 0);
-  char *wal = join(dir, "kernels.sqlite-wal");
+  char *wal = sdpa_test_path(dir, "kernels.sqlite-wal");
   ck_assert(!exists(wal));
-  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.", NULL), 0);
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.", NULL), 0);
   free(wal);
   free(before);
   free(after);
@@ -559,15 +494,16 @@ END_TEST
 
 START_TEST(test_foreign_database_moved_aside) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_test_db_exec(path, "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES "
                 "('mine'); PRAGMA application_id = 305419896;");
   sdpa_cache *cache = open_cache(path, &counter);
   ck_assert_int_eq(counter.warnings, 1);
   char *moved = NULL;
-  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.foreign-", &moved), 1);
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.foreign-", &moved),
+                   1);
   ck_assert_int_eq(sdpa_test_db_int(moved, "SELECT count(*) FROM notes"), 1);
   store_row(cache, 9, 800, 9);
   ck_assert_int_eq(lookup_row(cache, 9, 800, 9, NULL), SDPA_STATUS_SUCCESS);
@@ -612,8 +548,8 @@ START_TEST(test_default_path) {
 
   /* Opened with no path: $HOME unset falls back to $TMPDIR. */
   setenv("TMPDIR", dir, 1);
-  log_counter counter;
-  counter_init(&counter);
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(NULL, &counter);
   snprintf(want, sizeof want, "%s/sdpa-jit-%ld/kernels.sqlite", dir, uid);
   ck_assert_str_eq(sdpa_cache_path(cache), want);
@@ -622,7 +558,7 @@ START_TEST(test_default_path) {
   ck_assert(exists(want));
 
   /* $SDPA_JIT_CACHE wins over everything. */
-  char *explicit_path = join(dir, "chosen/kernels.sqlite");
+  char *explicit_path = sdpa_test_path(dir, "chosen/kernels.sqlite");
   setenv("SDPA_JIT_CACHE", explicit_path, 1);
   setenv("HOME", dir, 1);
   cache = open_cache(NULL, &counter);
@@ -650,10 +586,10 @@ static int same_state(const struct stat *a, const struct stat *b) {
 
 START_TEST(test_hit_writes_nothing_and_counts_flush_at_close) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  char *wal = join(dir, "kernels.sqlite-wal");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  char *wal = sdpa_test_path(dir, "kernels.sqlite-wal");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   store_row(cache, 11, 2000, 11);
   sdpa_cache_close(cache);
@@ -669,11 +605,10 @@ START_TEST(test_hit_writes_nothing_and_counts_flush_at_close) {
   struct stat db_before, wal_before, db_after, wal_after;
   file_state(path, &db_before);
   file_state(wal, &wal_before);
-  struct timespec start;
-  clock_gettime(CLOCK_MONOTONIC, &start);
+  double start = sdpa_test_now_ms();
   for (int i = 0; i < 3; i++)
     ck_assert_int_eq(lookup_row(cache, 11, 2000, 11, NULL), SDPA_STATUS_SUCCESS);
-  ck_assert_double_lt(elapsed_ms(&start), 2000.0);
+  ck_assert_double_lt(sdpa_test_now_ms() - start, 2000.0);
   file_state(path, &db_after);
   file_state(wal, &wal_after);
   ck_assert(same_state(&db_before, &db_after));
@@ -711,21 +646,16 @@ END_TEST
 
 /* Sets last_used of hash(number) to now - age seconds. */
 static void set_age(const char *path, unsigned number, int64_t age) {
-  char sql[256], hash[33];
+  char hash[33];
   make_hash(hash, number);
-  snprintf(sql, sizeof sql,
-           "UPDATE kernels SET last_used = %lld, created = %lld WHERE key_hash "
-           "= '%s'",
-           (long long)((int64_t)time(NULL) - age),
-           (long long)((int64_t)time(NULL) - age), hash);
-  sdpa_test_db_exec(path, sql);
+  sdpa_test_db_set_age(path, hash, age);
 }
 
 START_TEST(test_prune_by_size_keeps_recently_used) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   for (unsigned i = 1; i <= 4; i++) store_row(cache, 20 + i, 1000, i);
   sdpa_cache_close(cache);
@@ -768,13 +698,13 @@ END_TEST
 
 START_TEST(test_store_enforces_size_cap) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache_config cfg = {0};
   cfg.path = path;
   cfg.max_bytes = 3000;
-  cfg.log = count_log;
+  cfg.log = sdpa_test_log_warning;
   cfg.log_user = &counter;
   sdpa_cache *cache = NULL;
   ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
@@ -800,9 +730,9 @@ END_TEST
 
 START_TEST(test_prune_by_age) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   for (unsigned i = 1; i <= 3; i++) store_row(cache, 40 + i, 1500, i);
   sdpa_cache_close(cache);
@@ -826,9 +756,9 @@ END_TEST
 
 START_TEST(test_verify_removes_corrupted_row) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   for (unsigned i = 1; i <= 3; i++) store_row(cache, 50 + i, 2500, i);
   sdpa_cache_close(cache);
@@ -857,9 +787,9 @@ END_TEST
 
 START_TEST(test_get_entry_by_prefix_and_text) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   static const char *const hashes[] = {"abcdef00000000000000000000000001",
                                        "abcdef00000000000000000000000002",
@@ -939,13 +869,8 @@ START_TEST(test_get_entry_by_prefix_and_text) {
   sdpa_cache_close(cache);
 
   /* A damaged cubin is refused and removed. */
-  sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  ck_assert_int_eq(sqlite3_exec(db,
-                                "UPDATE kernels SET checksum = checksum + 1 "
-                                "WHERE key_text = 'sdpa_bwd;row=3'",
-                                NULL, NULL, NULL),
-                   SQLITE_OK);
-  sqlite3_close(db);
+  sdpa_test_db_exec(path, "UPDATE kernels SET checksum = checksum + 1 "
+                          "WHERE key_text = 'sdpa_bwd;row=3'");
   cache = open_cache(path, &counter);
   ck_assert_int_eq(sdpa_cache_read_cubin(cache, "123456", &data, &size),
                    SDPA_STATUS_CACHE_ERROR);
@@ -962,50 +887,28 @@ END_TEST
 
 START_TEST(test_key_lock_excludes_other_process) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
   char hash[33], other[33];
   make_hash(hash, 60);
   make_hash(other, 61);
-  int ready[2];
-  ck_assert_int_eq(pipe(ready), 0);
-  pid_t child = fork();
-  ck_assert_int_ge(child, 0);
-  if (child == 0) {
-    /* The child takes the lock, says so, and sleeps until killed. */
-    sdpa_cache_config cfg = {0};
-    sdpa_cache *cache = NULL;
-    sdpa_cache_lock *lock = NULL;
-    cfg.path = path;
-    char answer = 'n';
-    if (sdpa_cache_open(&cache, &cfg) == SDPA_STATUS_SUCCESS) {
-      sdpa_cache_lock_key(cache, hash, &lock);
-      if (lock) answer = 'L';
-    }
-    if (write(ready[1], &answer, 1) != 1) _exit(2);
-    for (;;) pause();
-  }
-  close(ready[1]);
-  char answer = 0;
-  ck_assert_int_eq(read(ready[0], &answer, 1), 1);
-  close(ready[0]);
-  ck_assert_int_eq(answer, 'L');
+  /* Another process takes the lock and sleeps until killed. */
+  pid_t child = sdpa_test_start_lock_holder(path, hash);
 
-  log_counter counter;
-  counter_init(&counter);
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache_config cfg = {0};
   sdpa_cache *cache = NULL;
   cfg.path = path;
   cfg.lock_timeout_ms = 300;
-  cfg.log = count_log;
+  cfg.log = sdpa_test_log_warning;
   cfg.log_user = &counter;
   ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
 
   /* Held elsewhere: waits the timeout, then gives up (NULL). */
   sdpa_cache_lock *lock = (sdpa_cache_lock *)1;
-  struct timespec start;
-  clock_gettime(CLOCK_MONOTONIC, &start);
+  double start = sdpa_test_now_ms();
   sdpa_cache_lock_key(cache, hash, &lock);
-  double waited = elapsed_ms(&start);
+  double waited = sdpa_test_now_ms() - start;
   ck_assert_ptr_null(lock);
   ck_assert_double_ge(waited, 290.0);
   ck_assert_double_lt(waited, 5000.0);
@@ -1013,20 +916,20 @@ START_TEST(test_key_lock_excludes_other_process) {
 
   /* Another key is free. */
   sdpa_cache_lock *free_lock = NULL;
-  clock_gettime(CLOCK_MONOTONIC, &start);
+  start = sdpa_test_now_ms();
   sdpa_cache_lock_key(cache, other, &free_lock);
   ck_assert_ptr_nonnull(free_lock);
-  ck_assert_double_lt(elapsed_ms(&start), 200.0);
+  ck_assert_double_lt(sdpa_test_now_ms() - start, 200.0);
 
   /* The holder dies: the kernel drops its lock at once. */
   ck_assert_int_eq(kill(child, SIGKILL), 0);
   int wstatus = 0;
   ck_assert_int_eq(waitpid(child, &wstatus, 0), child);
   ck_assert(WIFSIGNALED(wstatus));
-  clock_gettime(CLOCK_MONOTONIC, &start);
+  start = sdpa_test_now_ms();
   sdpa_cache_lock_key(cache, hash, &lock);
   ck_assert_ptr_nonnull(lock);
-  ck_assert_double_lt(elapsed_ms(&start), 200.0);
+  ck_assert_double_lt(sdpa_test_now_ms() - start, 200.0);
 
   /* Held in this process: a second claim waits too (one flock per open). */
   sdpa_cache_lock *second = (sdpa_cache_lock *)1;
@@ -1052,12 +955,12 @@ END_TEST
 
 START_TEST(test_shipped_database_first_and_never_written) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *shipped = join(dir, "image/shipped.sqlite");
-  char *user = join(dir, "user.sqlite");
-  char *missing = join(dir, "image/missing.sqlite");
-  char *junk = join(dir, "image/junk.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *shipped = sdpa_test_path(dir, "image/shipped.sqlite");
+  char *user = sdpa_test_path(dir, "user.sqlite");
+  char *missing = sdpa_test_path(dir, "image/missing.sqlite");
+  char *junk = sdpa_test_path(dir, "image/junk.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
 
   /* A preheated database with keys 70 and 71 (71 then damaged). */
   sdpa_cache *cache = open_cache(shipped, &counter);
@@ -1083,7 +986,7 @@ START_TEST(test_shipped_database_first_and_never_written) {
   cfg.path = user;
   cfg.readonly_paths = layers;
   cfg.readonly_count = 3;
-  cfg.log = count_log;
+  cfg.log = sdpa_test_log_warning;
   cfg.log_user = &counter;
   ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(counter.warnings, 2); /* missing and junk skipped */
@@ -1140,11 +1043,11 @@ START_TEST(test_shipped_database_first_and_never_written) {
   unsigned char *after = sdpa_test_read_file(shipped, &after_size);
   ck_assert_uint_eq(before_size, after_size);
   ck_assert_int_eq(memcmp(before, after, before_size), 0);
-  char *shm = join(dir, "image/shipped.sqlite-shm");
+  char *shm = sdpa_test_path(dir, "image/shipped.sqlite-shm");
   ck_assert(!exists(shm));
-  ck_assert_int_eq(count_prefixed(dir, "image", NULL), 1);
-  char *image = join(dir, "image");
-  ck_assert_int_eq(count_prefixed(image, "junk.sqlite.", NULL), 0);
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "image", NULL), 1);
+  char *image = sdpa_test_path(dir, "image");
+  ck_assert_int_eq(sdpa_test_count_prefixed(image, "junk.sqlite.", NULL), 0);
   ck_assert_int_eq(sdpa_test_db_int(shipped, "SELECT sum(hits) FROM kernels"), 0);
   ck_assert_int_eq(sdpa_test_db_int(user, "SELECT count(*) FROM kernels"), 0);
   free(image);
@@ -1166,14 +1069,14 @@ END_TEST
  * sleeps) and stores it. Exits with the number of things that went wrong. */
 static void racing_process(const char *path, const char *compiled, int start,
                            unsigned id) {
-  log_counter counter;
-  counter_init(&counter);
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache_config cfg = {0};
   sdpa_cache *cache = NULL;
   int failures = 0;
   char go = 0;
   cfg.path = path;
-  cfg.log = count_log;
+  cfg.log = sdpa_test_log_warning;
   cfg.log_user = &counter;
   if (read(start, &go, 1) != 1) _exit(100);
   if (sdpa_cache_open(&cache, &cfg) != SDPA_STATUS_SUCCESS) _exit(101);
@@ -1193,7 +1096,7 @@ static void racing_process(const char *path, const char *compiled, int start,
       int fd = open(compiled, O_WRONLY | O_APPEND | O_CREAT, 0600);
       if (fd < 0 || write(fd, "c", 1) != 1) failures++;
       if (fd >= 0) close(fd);
-      sleep_ms_test(20);
+      sdpa_test_sleep_ms(20);
       sdpa_cache_meta meta = make_meta(hash, text);
       if (sdpa_cache_store(cache, &meta, want, 4000) != SDPA_STATUS_SUCCESS)
         failures++;
@@ -1227,8 +1130,8 @@ START_TEST(test_processes_compile_each_key_once) {
   /* Six processes start together on a cache that does not exist yet. */
   enum { PROCESSES = 6 };
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  char *compiled = join(dir, "compiled");
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  char *compiled = sdpa_test_path(dir, "compiled");
   int start[2];
   pid_t children[PROCESSES];
   ck_assert_int_eq(pipe(start), 0);
@@ -1296,9 +1199,9 @@ static void *thread_main(void *arg) {
 
 START_TEST(test_shared_by_threads) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   pthread_t threads[4];
   thread_job jobs[4];
@@ -1325,9 +1228,9 @@ END_TEST
 
 START_TEST(test_remove_and_disabled) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   store_row(cache, 80, 400, 80);
   char hash[33];
@@ -1340,7 +1243,7 @@ START_TEST(test_remove_and_disabled) {
   sdpa_cache_config cfg = {0};
   cfg.disabled = 1;
   cfg.path = path;
-  cfg.log = count_log;
+  cfg.log = sdpa_test_log_warning;
   cfg.log_user = &counter;
   ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
   ck_assert_ptr_null(sdpa_cache_path(cache));
@@ -1366,9 +1269,9 @@ START_TEST(test_invalid_arguments) {
   ck_assert_ptr_null(cache);
 
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   cache = open_cache(path, &counter);
   void *data = NULL;
   size_t size = 0;
@@ -1407,7 +1310,7 @@ END_TEST
  * whether it wrote to stderr. -1 when no sqlite3 shell is installed. */
 static int run_shell(const char *db, const char *script, const char *dir,
                      int *stderr_bytes) {
-  char *command = NULL, *err = join(dir, "shell.err");
+  char *command = NULL, *err = sdpa_test_path(dir, "shell.err");
   struct stat st;
   if (system("command -v sqlite3 >/dev/null 2>&1") != 0) {
     free(err);
@@ -1425,10 +1328,10 @@ static int run_shell(const char *db, const char *script, const char *dir,
 
 START_TEST(test_sql_files_run_in_the_shell) {
   char *dir = sdpa_test_tmpdir("cache");
-  char *path = join(dir, "kernels.sqlite");
-  char *by_hand = join(dir, "by_hand.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  char *path = sdpa_test_path(dir, "kernels.sqlite");
+  char *by_hand = sdpa_test_path(dir, "by_hand.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_cache *cache = open_cache(path, &counter);
   for (unsigned i = 0; i < 5; i++) store_row(cache, 90 + i, 700 + 50 * i, i);
   ck_assert_int_eq(lookup_row(cache, 90, 700, 0, NULL), SDPA_STATUS_SUCCESS);

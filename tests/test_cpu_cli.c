@@ -30,32 +30,6 @@ static const char *cli_binary(void) {
   return path && *path ? path : SDPA_TEST_BINARY_DIR "/sdpa-jit";
 }
 
-/* Reads a whole file into a NUL-terminated malloc'd buffer ("" if none). */
-static char *read_all(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  char *data = NULL;
-  size_t used = 0, cap = 0;
-  if (f) {
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-      if (used + n + 1 > cap) {
-        cap = (used + n + 1) * 2;
-        data = realloc(data, cap);
-        ck_assert_ptr_nonnull(data);
-      }
-      memcpy(data + used, chunk, n);
-      used += n;
-    }
-    fclose(f);
-  }
-  if (!data) data = calloc(1, 1);
-  ck_assert_ptr_nonnull(data);
-  data[used] = '\0';
-  if (size) *size = used;
-  return data;
-}
-
 /* A finished run of the CLI: exit status, stdout, stderr. */
 typedef struct run_result {
   int status;
@@ -86,8 +60,8 @@ static run_result run_cli(const char *dir, const char *fmt, ...) {
   run_result r;
   ck_assert_msg(raw != -1 && WIFEXITED(raw), "could not run: %s", command);
   r.status = WEXITSTATUS(raw);
-  r.out = read_all(out_path, NULL);
-  r.err = read_all(err_path, NULL);
+  r.out = (char *)sdpa_test_read_file(out_path, NULL);
+  r.err = (char *)sdpa_test_read_file(err_path, NULL);
   return r;
 }
 
@@ -317,7 +291,7 @@ START_TEST(test_dump_refuses_a_terminal) {
   close(master);
   ck_assert(WIFEXITED(status));
   ck_assert_int_eq(WEXITSTATUS(status), 2);
-  char *err = read_all(err_path, NULL);
+  char *err = (char *)sdpa_test_read_file(err_path, NULL);
   ck_assert_msg(strstr(err, "terminal") && strstr(err, "-o"),
                 "dump on a terminal: %s", err);
   free(err);
@@ -492,7 +466,7 @@ START_TEST(test_preheat_lifecycle) {
   ck_assert_msg(r.status == 0, "dump: %s", r.err);
   run_result_free(&r);
   size_t size = 0;
-  char *cubin = read_all(cubin_path, &size);
+  char *cubin = (char *)sdpa_test_read_file(cubin_path, &size);
   ck_assert_int_eq((long long)size, cubin_bytes);
   ck_assert_msg(size >= 4 && (unsigned char)cubin[0] == 0x7f &&
                     cubin[1] == 'E' && cubin[2] == 'L' && cubin[3] == 'F',

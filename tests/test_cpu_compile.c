@@ -13,17 +13,15 @@
  * NVRTC takes about a second per key on two cores: the grids run two
  * threads each, and each other test compiles at most a few keys.
  */
-#include <dirent.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "check_main.h"
+#include "test_cache.h"
 #include "test_db.h"
 #include "cubin_elf.h"
 #include "driver.h"
@@ -34,41 +32,16 @@
 
 static char *shared_dir; /* made in main(), removed after the run */
 
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-/* Warnings seen by a runtime's log callback. */
-typedef struct log_counter {
-  pthread_mutex_t lock;
-  int warnings, infos;
-  char last[1024];
-} log_counter;
-
-static void count_log(sdpa_log_level level, const char *message, void *user) {
-  log_counter *c = user;
-  pthread_mutex_lock(&c->lock);
-  if (level == SDPA_LOG_WARNING) {
-    c->warnings++;
-    snprintf(c->last, sizeof c->last, "%s", message);
-  } else {
-    c->infos++;
-  }
-  pthread_mutex_unlock(&c->lock);
-}
-
 /* A runtime on `path` (NULL: disk cache disabled) for `arch`, logging into
  * `counter` (may be NULL: stderr). */
 static sdpa_runtime *open_runtime(const char *path, int arch,
-                                  log_counter *counter) {
+                                  sdpa_test_log *counter) {
   sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
   opts.cache_path = path;
   opts.disable_disk_cache = path == NULL;
   opts.arch = arch;
   if (counter) {
-    opts.log = count_log;
+    opts.log = sdpa_test_log_warning;
     opts.log_user = counter;
   }
   sdpa_runtime *rt = NULL;
@@ -158,9 +131,9 @@ static void *grid_worker(void *arg) {
     pthread_mutex_unlock(&q->lock);
     if (i >= q->count) return NULL;
     grid_job *job = &q->jobs[i];
-    double start = now_ms();
+    double start = sdpa_test_now_ms();
     job->status = sdpa_bwd_compile(job->plan, &job->source);
-    job->ms = now_ms() - start;
+    job->ms = sdpa_test_now_ms() - start;
     if (job->status != SDPA_STATUS_SUCCESS)
       snprintf(job->error, sizeof job->error, "%s", sdpa_last_error());
   }
@@ -170,22 +143,13 @@ static void *grid_worker(void *arg) {
  * Appends what is wrong to `problems` (size bytes). */
 static void check_no_spills(const char *log, const char *function,
                             const char *key, char *problems, size_t size) {
-  char header[128];
-  snprintf(header, sizeof header, "Function properties for %s\n", function);
-  const char *at = strstr(log, header);
+  char report[256];
+  int spills = sdpa_ptxas_spills(log, function, report, sizeof report);
   size_t used = strlen(problems);
-  if (!at) {
+  if (spills < 0)
     snprintf(problems + used, size - used, "%s: no ptxas report for %s\n",
              key, function);
-    return;
-  }
-  const char *line = at + strlen(header);
-  int len = (int)strcspn(line, "\n");
-  if (len > 200) len = 200;
-  char report[256];
-  snprintf(report, sizeof report, "%.*s", len, line);
-  if (!strstr(report, " 0 bytes spill stores") ||
-      !strstr(report, " 0 bytes spill loads"))
+  else if (spills)
     snprintf(problems + used, size - used, "%s: %s spills: %s\n", key,
              function, report + strspn(report, "ptxas. "));
 }
@@ -207,11 +171,11 @@ static void compile_grid(int arch) {
   }
   grid_queue q = {PTHREAD_MUTEX_INITIALIZER, jobs, n, 0};
   pthread_t threads[2];
-  double start = now_ms();
+  double start = sdpa_test_now_ms();
   for (int t = 0; t < 2; t++)
     ck_assert_int_eq(pthread_create(&threads[t], NULL, grid_worker, &q), 0);
   for (int t = 0; t < 2; t++) pthread_join(threads[t], NULL);
-  double total = now_ms() - start;
+  double total = sdpa_test_now_ms() - start;
 
   const char *kernels[] = {SDPA_KERNEL_PREPROCESS, SDPA_KERNEL_MAIN,
                            SDPA_KERNEL_CONVERT};
@@ -357,7 +321,8 @@ START_TEST(damaged_cubin_is_recompiled) {
 
   flip_cubin_byte(path, hash);
 
-  log_counter log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   rt = open_runtime(path, 80, &log);
   plan = make_plan(rt, &d);
   ck_assert_int_eq(compile_once(plan), SDPA_SOURCE_COMPILED);
@@ -384,17 +349,6 @@ START_TEST(damaged_cubin_is_recompiled) {
 }
 END_TEST
 
-/* Nonzero when `dir` holds an entry whose name starts with `prefix`. */
-static int has_entry_prefixed(const char *dir, const char *prefix) {
-  DIR *d = opendir(dir);
-  if (!d) return 0;
-  int found = 0;
-  for (struct dirent *e; (e = readdir(d));)
-    if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) found = 1;
-  closedir(d);
-  return found;
-}
-
 START_TEST(not_a_database_is_moved_aside) {
   char *dir = sdpa_test_tmpdir("notdb");
   char *path = sdpa_test_path(dir, "kernels.sqlite");
@@ -403,11 +357,13 @@ START_TEST(not_a_database_is_moved_aside) {
   for (int i = 0; i < 200; i++) fputs("this is not a database\n", f);
   fclose(f);
 
-  log_counter log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = open_runtime(path, 80, &log);
   ck_assert_int_ge(log.warnings, 1);
   ck_assert_ptr_nonnull(sdpa_runtime_cache_path(rt));
-  ck_assert(has_entry_prefixed(dir, "kernels.sqlite.corrupt"));
+  ck_assert_int_ge(sdpa_test_count_prefixed(dir, "kernels.sqlite.corrupt", NULL),
+                   1);
   sdpa_bwd_desc d = small_desc(80);
   sdpa_bwd_plan *plan = make_plan(rt, &d);
   ck_assert_int_eq(compile_once(plan), SDPA_SOURCE_COMPILED);
@@ -433,7 +389,8 @@ START_TEST(uncreatable_directory_works_in_memory) {
   fclose(f);
   char *path = sdpa_test_path(file, "sub/kernels.sqlite"); /* under a regular file */
 
-  log_counter log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = open_runtime(path, 80, &log);
   ck_assert_ptr_null(sdpa_runtime_cache_path(rt));
   sdpa_bwd_desc d = small_desc(80);
@@ -620,33 +577,33 @@ START_TEST(timings) {
   sdpa_bwd_plan_destroy(plan);
   sdpa_runtime_destroy(warm);
 
-  double start = now_ms();
+  double start = sdpa_test_now_ms();
   sdpa_runtime *rt = open_runtime(path, 80, NULL);
-  double opened = now_ms();
+  double opened = sdpa_test_now_ms();
   plan = make_plan(rt, &d);
-  double planned = now_ms();
+  double planned = sdpa_test_now_ms();
   ck_assert_int_eq(compile_once(plan), SDPA_SOURCE_DISK);
-  double compiled = now_ms();
+  double compiled = sdpa_test_now_ms();
   printf("timing: fresh runtime on a warm cache: create %.0f us, plan %.0f us, "
          "compile (disk) %.0f us\n",
          (opened - start) * 1e3, (planned - opened) * 1e3,
          (compiled - planned) * 1e3);
 
   enum { REPEAT = 20000 };
-  start = now_ms();
+  start = sdpa_test_now_ms();
   for (int i = 0; i < REPEAT; i++)
     ck_assert_int_eq(compile_once(plan), SDPA_SOURCE_MEMORY);
-  double per = (now_ms() - start) * 1e3 / REPEAT;
+  double per = (sdpa_test_now_ms() - start) * 1e3 / REPEAT;
   printf("timing: repeated compile of one plan (memory%s): %.2f us\n",
          plan->module ? ", module loaded" : ", no GPU: table lookup", per);
 
-  start = now_ms();
+  start = sdpa_test_now_ms();
   for (int i = 0; i < 2000; i++) {
     sdpa_bwd_plan *p = make_plan(rt, &d);
     ck_assert_int_eq(compile_once(p), SDPA_SOURCE_MEMORY);
     sdpa_bwd_plan_destroy(p);
   }
-  per = (now_ms() - start) * 1e3 / 2000;
+  per = (sdpa_test_now_ms() - start) * 1e3 / 2000;
   printf("timing: new plan + compile of a key in memory: %.2f us\n", per);
   sdpa_bwd_plan_destroy(plan);
   sdpa_runtime_destroy(rt);
@@ -657,11 +614,13 @@ END_TEST
 static Suite *compile_suite(void) {
   Suite *s = suite_create("compile");
   TCase *grid_case = tcase_create("grid");
+  tcase_set_timeout(grid_case, 600); /* NVRTC compiles 24 keys a grid */
   tcase_add_test(grid_case, grid_sm80);
   tcase_add_test(grid_case, grid_sm90);
   suite_add_tcase(s, grid_case);
 
   TCase *cache = tcase_create("cache");
+  tcase_set_timeout(cache, 600); /* a few keys each */
   tcase_add_test(cache, disk_then_memory);
   tcase_add_test(cache, damaged_cubin_is_recompiled);
   tcase_add_test(cache, not_a_database_is_moved_aside);

@@ -36,14 +36,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <sqlite3.h>
 #include <xxhash.h>
 
-#include "cache.h"
 #include "check_main.h"
+#include "test_cache.h"
 #include "test_db.h"
 #include "plan.h"
 #include "sdpa_jit.h"
@@ -51,39 +49,6 @@
 enum { KEY_COUNT = 12, PROCESSES = 8, THREADS = 4, THREAD_KEYS = 4 };
 
 /* ------------------------------------------------------------- helpers */
-
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&t, &t) != 0 && errno == EINTR) {
-  }
-}
-
-/* Warnings a runtime logged; the first one is kept for messages. */
-typedef struct log_counter {
-  pthread_mutex_t lock;
-  int warnings;
-  char first[1024];
-} log_counter;
-
-static void count_log(sdpa_log_level level, const char *message, void *user) {
-  log_counter *c = user;
-  if (level != SDPA_LOG_WARNING) return;
-  pthread_mutex_lock(&c->lock);
-  if (c->warnings++ == 0) snprintf(c->first, sizeof c->first, "%s", message);
-  if (getenv("SDPA_TEST_VERBOSE")) fprintf(stderr, "warning: %s\n", message);
-  pthread_mutex_unlock(&c->lock);
-}
-
-static void counter_init(log_counter *c) {
-  memset(c, 0, sizeof *c);
-  pthread_mutex_init(&c->lock, NULL);
-}
 
 /* Key i of the 12 the ranks ask for: dtype bf16/fp16 x head_dim 64/128 x
  * mask none / causal bottom-right / sliding window, small BSHD shapes of a
@@ -109,13 +74,13 @@ static sdpa_bwd_desc key_desc(int i) {
 
 /* A runtime on `path` for arch 90 logging into `counter`; NULL on failure
  * (usable from forked children, where Check asserts do not belong). */
-static sdpa_runtime *runtime_on(const char *path, log_counter *counter) {
+static sdpa_runtime *runtime_on(const char *path, sdpa_test_log *counter) {
   sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
   sdpa_runtime *rt = NULL;
   opts.cache_path = path;
   opts.disable_disk_cache = path == NULL;
   opts.arch = 90;
-  opts.log = count_log;
+  opts.log = sdpa_test_log_warning;
   opts.log_user = counter;
   if (sdpa_runtime_create(&rt, &opts) != SDPA_STATUS_SUCCESS) return NULL;
   return rt;
@@ -124,8 +89,8 @@ static sdpa_runtime *runtime_on(const char *path, log_counter *counter) {
 /* The key hash of key i (the same in every process: nothing machine-local
  * enters it). */
 static void key_hash_of(int i, char out[33]) {
-  log_counter counter;
-  counter_init(&counter);
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_runtime *rt = runtime_on(NULL, &counter);
   ck_assert_ptr_nonnull(rt);
   sdpa_bwd_desc d = key_desc(i);
@@ -137,36 +102,21 @@ static void key_hash_of(int i, char out[33]) {
   sdpa_runtime_destroy(rt);
 }
 
-/* Waits for `pid` until `deadline` (now_ms() clock); kills it and returns
- * -1 when it is still running then, else its wait status. */
+/* Waits for `pid` until `deadline` (sdpa_test_now_ms() clock); kills it
+ * and returns -1 when it is still running then, else its wait status. */
 static int wait_until(pid_t pid, double deadline) {
   int status = 0;
   for (;;) {
     pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid) return status;
     if (r < 0 && errno != EINTR) return -1;
-    if (now_ms() > deadline) {
+    if (sdpa_test_now_ms() > deadline) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
       return -1;
     }
-    sleep_ms(5);
+    sdpa_test_sleep_ms(5);
   }
-}
-
-static int64_t row_count(const char *path) {
-  sqlite3 *db = NULL;
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL),
-                   SQLITE_OK);
-  ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT count(*) FROM kernels", -1,
-                                      &stmt, NULL),
-                   SQLITE_OK);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
-  int64_t n = sqlite3_column_int64(stmt, 0);
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return n;
 }
 
 /* ------------------------------------------- eight ranks, twelve keys */
@@ -196,10 +146,10 @@ typedef struct rank_report {
 static void run_rank(int rank, const char *db_path, const char *report_path,
                      int start_fd) {
   rank_report report;
-  log_counter counter;
+  sdpa_test_log counter;
   char go = 0;
   memset(&report, 0, sizeof report);
-  counter_init(&counter);
+  sdpa_test_log_init(&counter);
   if (read(start_fd, &go, 1) != 1) _exit(90);
 
   sdpa_runtime *rt = runtime_on(db_path, &counter);
@@ -238,7 +188,7 @@ static void run_rank(int rank, const char *db_path, const char *report_path,
   sdpa_runtime_destroy(rt);
   report.warnings = counter.warnings;
   snprintf(report.first_warning, sizeof report.first_warning, "%s",
-           counter.first);
+           counter.text[0]);
 
   int fd = open(report_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (fd < 0) _exit(91);
@@ -269,7 +219,7 @@ START_TEST(eight_ranks_compile_each_key_once) {
   struct stat st;
   ck_assert_int_ne(stat(db, &st), 0); /* the cache does not exist yet */
 
-  double t0 = now_ms();
+  double t0 = sdpa_test_now_ms();
   char go[PROCESSES];
   memset(go, 'g', sizeof go);
   ck_assert_int_eq(write(start[1], go, sizeof go), PROCESSES);
@@ -280,7 +230,7 @@ START_TEST(eight_ranks_compile_each_key_once) {
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "rank %d ended with wait status 0x%x", r, status);
   }
-  double wall = now_ms() - t0;
+  double wall = sdpa_test_now_ms() - t0;
 
   rank_report all[PROCESSES];
   for (int r = 0; r < PROCESSES; r++) {
@@ -327,7 +277,8 @@ START_TEST(eight_ranks_compile_each_key_once) {
       ck_assert_str_ne(all[0].keys[i].key_hash, all[0].keys[j].key_hash);
 
   sdpa_test_db_check_integrity(db);
-  ck_assert_int_eq(row_count(db), KEY_COUNT);
+  ck_assert_int_eq(sdpa_test_db_int(db, "SELECT count(*) FROM kernels"),
+                   KEY_COUNT);
   printf("concurrency: %d processes x %d keys -> %d compiles, %d disk hits, "
          "0 warnings, %.1f s\n",
          PROCESSES, KEY_COUNT, compiled_total, disk_total, wall / 1e3);
@@ -379,8 +330,8 @@ static void *thread_main(void *arg) {
 START_TEST(threads_share_a_runtime) {
   char *dir = sdpa_test_tmpdir("threads");
   char *db = sdpa_test_path(dir, "kernels.sqlite");
-  log_counter counter;
-  counter_init(&counter);
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
   sdpa_runtime *rt = runtime_on(db, &counter);
   ck_assert_ptr_nonnull(rt);
   pthread_barrier_t barrier;
@@ -423,7 +374,7 @@ START_TEST(threads_share_a_runtime) {
                   compiled[i]);
   ck_assert_int_eq(memory, requests - THREAD_KEYS);
   ck_assert_msg(counter.warnings == 0, "%d warnings; first: %s",
-                counter.warnings, counter.first);
+                counter.warnings, counter.text[0]);
   sdpa_cache_stats stats;
   ck_assert_int_eq(sdpa_cache_stats_get(rt, &stats), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(stats.entries, THREAD_KEYS);
@@ -439,36 +390,6 @@ START_TEST(threads_share_a_runtime) {
 END_TEST
 
 /* ------------------------------------------------------ lock holders */
-
-/* A process that opens the cache at `db`, takes the lock of `hash`,
- * writes 'L' (or 'n' when it could not) to `ready_fd` and sleeps until it
- * is killed. */
-static pid_t start_lock_holder(const char *db, const char *hash) {
-  int ready[2];
-  ck_assert_int_eq(pipe(ready), 0);
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    close(ready[0]);
-    sdpa_cache_config cfg = {0};
-    sdpa_cache *cache = NULL;
-    sdpa_cache_lock *lock = NULL;
-    char answer = 'n';
-    cfg.path = db;
-    if (sdpa_cache_open(&cache, &cfg) == SDPA_STATUS_SUCCESS) {
-      sdpa_cache_lock_key(cache, hash, &lock);
-      if (lock) answer = 'L';
-    }
-    if (write(ready[1], &answer, 1) != 1) _exit(2);
-    for (;;) pause();
-  }
-  close(ready[1]);
-  char answer = 0;
-  ck_assert_int_eq(read(ready[0], &answer, 1), 1);
-  close(ready[0]);
-  ck_assert_msg(answer == 'L', "the holder could not take the key lock");
-  return pid;
-}
 
 /* What a waiting rank saw. */
 typedef struct waiter_report {
@@ -486,12 +407,12 @@ static pid_t start_waiter(const char *db, int key, const char *report_path,
   ck_assert_int_ge(pid, 0);
   if (pid != 0) return pid;
   waiter_report report;
-  log_counter counter;
+  sdpa_test_log counter;
   char go = 0;
   memset(&report, 0, sizeof report);
-  counter_init(&counter);
+  sdpa_test_log_init(&counter);
   if (read(start_fd, &go, 1) != 1) _exit(90);
-  double t0 = now_ms();
+  double t0 = sdpa_test_now_ms();
   sdpa_runtime *rt = runtime_on(db, &counter);
   sdpa_bwd_desc d = key_desc(key);
   sdpa_bwd_plan *plan = NULL;
@@ -502,13 +423,13 @@ static pid_t start_waiter(const char *db, int key, const char *report_path,
     report.status = sdpa_bwd_compile(plan, &source);
   if (report.status != SDPA_STATUS_SUCCESS)
     snprintf(report.error, sizeof report.error, "%s", sdpa_last_error());
-  report.waited_ms = now_ms() - t0;
+  report.waited_ms = sdpa_test_now_ms() - t0;
   report.source = (int)source;
   sdpa_bwd_plan_destroy(plan);
   sdpa_runtime_destroy(rt);
   report.warnings = counter.warnings;
   snprintf(report.first_warning, sizeof report.first_warning, "%s",
-           counter.first);
+           counter.text[0]);
   int fd = open(report_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (fd < 0 || write(fd, &report, sizeof report) != (ssize_t)sizeof report)
     _exit(91);
@@ -540,7 +461,7 @@ START_TEST(killed_lock_holder_does_not_block) {
   char *db = sdpa_test_path(dir, "kernels.sqlite");
   char hash[33];
   key_hash_of(key, hash);
-  pid_t holder = start_lock_holder(db, hash);
+  pid_t holder = sdpa_test_start_lock_holder(db, hash);
 
   int start[2];
   ck_assert_int_eq(pipe(start), 0);
@@ -553,12 +474,12 @@ START_TEST(killed_lock_holder_does_not_block) {
     waiters[w] = start_waiter(db, key, reports[w], start[0]);
   }
   close(start[0]);
-  double t0 = now_ms();
+  double t0 = sdpa_test_now_ms();
   ck_assert_int_eq(write(start[1], "ggg", WAITERS), WAITERS);
   close(start[1]);
 
   /* While the holder lives, nobody gets past the lock. */
-  sleep_ms(HOLD_MS);
+  sdpa_test_sleep_ms(HOLD_MS);
   for (int w = 0; w < WAITERS; w++) {
     ck_assert_int_eq(waitpid(waiters[w], NULL, WNOHANG), 0);
     ck_assert(!file_exists(reports[w]));
@@ -567,7 +488,7 @@ START_TEST(killed_lock_holder_does_not_block) {
   int status = 0;
   ck_assert_int_eq(waitpid(holder, &status, 0), holder);
   ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-  double killed_at = now_ms() - t0;
+  double killed_at = sdpa_test_now_ms() - t0;
 
   int compiled = 0, disk = 0;
   double slowest = 0;
@@ -618,7 +539,7 @@ START_TEST(hung_lock_holder_times_out) {
   char *db = sdpa_test_path(dir, "kernels.sqlite");
   char hash[33];
   key_hash_of(key, hash);
-  pid_t holder = start_lock_holder(db, hash);
+  pid_t holder = sdpa_test_start_lock_holder(db, hash);
   char timeout[16];
   snprintf(timeout, sizeof timeout, "%d", TIMEOUT_MS);
   setenv("SDPA_JIT_LOCK_TIMEOUT_MS", timeout, 1);
@@ -635,7 +556,7 @@ START_TEST(hung_lock_holder_times_out) {
   }
   unsetenv("SDPA_JIT_LOCK_TIMEOUT_MS");
   close(start[0]);
-  double t0 = now_ms();
+  double t0 = sdpa_test_now_ms();
   ck_assert_int_eq(write(start[1], "gg", WAITERS), WAITERS);
   close(start[1]);
 
@@ -671,7 +592,7 @@ START_TEST(hung_lock_holder_times_out) {
   ck_assert_int_eq(kill(holder, SIGKILL), 0);
   waitpid(holder, NULL, 0);
   sdpa_test_db_check_integrity(db);
-  ck_assert_int_eq(row_count(db), 1);
+  ck_assert_int_eq(sdpa_test_db_int(db, "SELECT count(*) FROM kernels"), 1);
   for (int w = 0; w < WAITERS; w++) free(reports[w]);
   sdpa_test_rmtree(dir);
   free(db);

@@ -38,11 +38,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <dirent.h>
 #include <sqlite3.h>
 
 #include "cache.h"
 #include "check_main.h"
+#include "test_db.h"
 
 enum {
   CRASH_ITERATIONS = 200,
@@ -149,16 +149,6 @@ static void writer(const char *path, unsigned seed, int64_t cap) {
   }
 }
 
-static int count_prefixed(const char *dir, const char *prefix) {
-  DIR *d = opendir(dir);
-  int n = 0;
-  if (!d) return 0;
-  for (struct dirent *e; (e = readdir(d));)
-    if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) n++;
-  closedir(d);
-  return n;
-}
-
 static void parent_log(sdpa_log_level level, const char *message, void *user) {
   int *warnings = user;
   if (level == SDPA_LOG_WARNING) {
@@ -190,11 +180,8 @@ static round_result check_after_kill(const char *dir, const char *path,
   ck_assert_ptr_nonnull(sdpa_cache_path(cache)); /* not memory-only */
 
   /* The file as a whole, through a connection of its own. */
-  sqlite3 *db = NULL;
+  sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE);
   sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL),
-                   SQLITE_OK);
-  sqlite3_busy_timeout(db, 5000);
   ck_assert_int_eq(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &stmt,
                                       NULL),
                    SQLITE_OK);
@@ -267,7 +254,8 @@ static round_result check_after_kill(const char *dir, const char *path,
     shared->in_flight[key] = present[key];
   }
   sdpa_cache_close(cache);
-  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt"), 0);
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.corrupt", NULL),
+                   0);
   return result;
 }
 

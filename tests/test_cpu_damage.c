@@ -24,9 +24,7 @@
  * K4 and K5 removed again but their sizes noted); tests start from copies
  * of it, so NVRTC runs only where a test needs a fresh compile.
  */
-#include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,13 +32,12 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <dirent.h>
 #include <sqlite3.h>
 
 #include "check_main.h"
+#include "test_cache.h"
 #include "test_db.h"
 #include "plan.h"
 #include "sdpa_jit.h"
@@ -58,41 +55,6 @@ static char *golden_path; /* K0..K3, WAL checkpointed into the file */
 static golden_info golden;
 
 /* ------------------------------------------------------------- helpers */
-
-/* Warnings a runtime logged, all of them kept (a test checks each). */
-typedef struct log_counter {
-  pthread_mutex_t lock;
-  int warnings;
-  char text[4][1024];
-} log_counter;
-
-static void count_log(sdpa_log_level level, const char *message, void *user) {
-  log_counter *c = user;
-  if (level != SDPA_LOG_WARNING) return;
-  pthread_mutex_lock(&c->lock);
-  if (c->warnings < 4)
-    snprintf(c->text[c->warnings], sizeof c->text[0], "%s", message);
-  c->warnings++;
-  if (getenv("SDPA_TEST_VERBOSE")) fprintf(stderr, "warning: %s\n", message);
-  pthread_mutex_unlock(&c->lock);
-}
-
-static void counter_init(log_counter *c) {
-  memset(c, 0, sizeof *c);
-  pthread_mutex_init(&c->lock, NULL);
-}
-
-/* Asserts that warning `i` contains every string of the NULL-terminated
- * list. */
-static void expect_warning(const log_counter *c, int i,
-                           const char *const *parts) {
-  ck_assert_int_lt(i, c->warnings);
-  for (int p = 0; parts[p]; p++)
-    ck_assert_msg(strstr(c->text[i], parts[p]) != NULL,
-                  "warning \"%s\" lacks \"%s\"", c->text[i], parts[p]);
-}
-#define EXPECT_WARNING(c, i, ...)                                             \
-  expect_warning((c), (i), (const char *const[]){__VA_ARGS__, NULL})
 
 /* Key k: bf16/fp16 x mask none/causal_br/window, head_dim 64, small BSHD
  * shapes, arch 90 (K0 bf16 none, K1 bf16 causal_br, K2 fp16 none, K3 fp16
@@ -119,14 +81,14 @@ static sdpa_bwd_desc key_desc(int k) {
 
 /* A runtime on `path` (NULL: the default location) for arch 90, logging
  * into `counter`, with an optional size cap. */
-static sdpa_runtime *runtime_capped(const char *path, log_counter *counter,
+static sdpa_runtime *runtime_capped(const char *path, sdpa_test_log *counter,
                                     int64_t max_bytes) {
   sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
   sdpa_runtime *rt = NULL;
   opts.cache_path = path;
   opts.arch = 90;
   opts.cache_max_bytes = max_bytes;
-  opts.log = count_log;
+  opts.log = sdpa_test_log_warning;
   opts.log_user = counter;
   sdpa_status st = sdpa_runtime_create(&rt, &opts);
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "runtime_create: %s",
@@ -134,7 +96,7 @@ static sdpa_runtime *runtime_capped(const char *path, log_counter *counter,
   return rt;
 }
 
-static sdpa_runtime *runtime_on(const char *path, log_counter *counter) {
+static sdpa_runtime *runtime_on(const char *path, sdpa_test_log *counter) {
   return runtime_capped(path, counter, 0);
 }
 
@@ -175,39 +137,9 @@ static int64_t file_size(const char *path) {
   return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
 }
 
-/* Number of entries of `dir` starting with `prefix`; *found (may be NULL)
- * gets the path of the last one (malloc'd). */
-static int count_prefixed(const char *dir, const char *prefix, char **found) {
-  DIR *d = opendir(dir);
-  int n = 0;
-  if (!d) return 0;
-  for (struct dirent *e; (e = readdir(d));) {
-    if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
-    n++;
-    if (found) {
-      free(*found);
-      *found = sdpa_test_path(dir, e->d_name);
-    }
-  }
-  closedir(d);
-  return n;
-}
-
 /* Nonzero when the row of key k is in the file at `path`. */
 static int has_row(const char *path, int k) {
-  sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE);
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_prepare_v2(db,
-                                      "SELECT count(*) FROM kernels WHERE "
-                                      "key_hash = ?1",
-                                      -1, &stmt, NULL),
-                   SQLITE_OK);
-  sqlite3_bind_text(stmt, 1, golden.hash[k], -1, SQLITE_STATIC);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
-  int found = sqlite3_column_int(stmt, 0);
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return found;
+  return sdpa_test_db_has_row(path, golden.hash[k]);
 }
 
 /* Flips one byte in the middle of key k's stored cubin; the checksum
@@ -216,21 +148,9 @@ static void flip_cubin_byte(const char *path, int k) {
   ck_assert_int_gt(sdpa_test_db_flip_cubin(path, golden.hash[k], 0xA5), 1000);
 }
 
-/* Sets last_used of key k to now - age seconds. */
+/* Sets last_used of key k to now - age seconds (one row changes). */
 static void set_age(const char *path, int k, int64_t age) {
-  sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE);
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_prepare_v2(db,
-                                      "UPDATE kernels SET last_used = ?1, "
-                                      "created = ?1 WHERE key_hash = ?2",
-                                      -1, &stmt, NULL),
-                   SQLITE_OK);
-  sqlite3_bind_int64(stmt, 1, (int64_t)time(NULL) - age);
-  sqlite3_bind_text(stmt, 2, golden.hash[k], -1, SQLITE_STATIC);
-  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_DONE);
-  ck_assert_int_eq(sqlite3_changes(db), 1);
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
+  sdpa_test_db_set_age(path, golden.hash[k], age);
 }
 
 /* ------------------------------------------------------ damaged files */
@@ -242,15 +162,15 @@ START_TEST(flipped_cubin_byte) {
   char *dir = golden_copy("flip", &path);
   flip_cubin_byte(path, 0);
 
-  log_counter log;
-  counter_init(&log);
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = runtime_on(path, &log);
   ck_assert_int_eq(log.warnings, 0);
   sdpa_bwd_plan *plan = NULL;
   ck_assert_int_eq(compile_key(rt, 0, &plan), SDPA_SOURCE_COMPILED);
   ck_assert_msg(log.warnings == 1, "%d warnings", log.warnings);
-  EXPECT_WARNING(&log, 0, golden.hash[0], path, "checksum",
-                 "compiled again");
+  SDPA_TEST_EXPECT_WARNING(&log, 0, golden.hash[0], path, "checksum",
+                           "compiled again");
 
   /* The row is repaired: it holds what the runtime now uses. */
   void *stored = NULL;
@@ -271,7 +191,7 @@ START_TEST(flipped_cubin_byte) {
   sdpa_runtime_destroy(rt);
   ck_assert_int_eq(log.warnings, 1);
 
-  counter_init(&log);
+  sdpa_test_log_init(&log);
   rt = runtime_on(path, &log);
   ck_assert_int_eq(compile_key(rt, 0, NULL), SDPA_SOURCE_DISK);
   sdpa_runtime_destroy(rt);
@@ -295,23 +215,25 @@ START_TEST(truncated_database) {
   ck_assert_int_gt(full, 8 * page);
   ck_assert_int_eq(truncate(path, 3 * page), 0);
 
-  log_counter log;
-  counter_init(&log);
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = runtime_on(path, &log);
   ck_assert_int_eq(compile_key(rt, 3, NULL), SDPA_SOURCE_COMPILED);
   ck_assert_msg(log.warnings == 1, "%d warnings; first: %s", log.warnings,
                 log.text[0]);
   char *moved = NULL;
-  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt-", &moved), 1);
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.corrupt-", &moved),
+                   1);
   /* found on open or on the first lookup, depending on the page that is
    * missing first: either way one warning naming both files */
-  EXPECT_WARNING(&log, 0, path, "moved it to", moved, "started a new one");
+  SDPA_TEST_EXPECT_WARNING(&log, 0, path, "moved it to", moved,
+                           "started a new one");
   ck_assert_int_eq(file_size(moved), 3 * page); /* kept as it was */
   ck_assert_str_eq(sdpa_runtime_cache_path(rt), path);
   sdpa_runtime_destroy(rt);
   ck_assert_int_eq(log.warnings, 1);
 
-  counter_init(&log);
+  sdpa_test_log_init(&log);
   rt = runtime_on(path, &log);
   ck_assert_int_eq(compile_key(rt, 3, NULL), SDPA_SOURCE_DISK);
   sdpa_runtime_destroy(rt);
@@ -330,14 +252,14 @@ START_TEST(zero_length_file) {
   char *dir = sdpa_test_tmpdir("empty");
   char *path = sdpa_test_path(dir, "kernels.sqlite");
   sdpa_test_write_file(path, "", 0);
-  log_counter log;
-  counter_init(&log);
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = runtime_on(path, &log);
   ck_assert_str_eq(sdpa_runtime_cache_path(rt), path);
   ck_assert_int_eq(compile_key(rt, 0, NULL), SDPA_SOURCE_COMPILED);
   sdpa_runtime_destroy(rt);
   ck_assert_msg(log.warnings == 0, "warned: %s", log.text[0]);
-  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.", NULL), 0);
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.", NULL), 0);
   sdpa_test_db_check_integrity(path);
   ck_assert(has_row(path, 0));
   sdpa_test_rmtree(dir);
@@ -357,14 +279,15 @@ START_TEST(random_bytes_file) {
   for (int i = 0; i < JUNK; i++) junk[i] = (unsigned char)rand_r(&state);
   sdpa_test_write_file(path, junk, JUNK);
 
-  log_counter log;
-  counter_init(&log);
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = runtime_on(path, &log);
   ck_assert_int_eq(log.warnings, 1); /* found when the file is opened */
   char *moved = NULL;
-  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt-", &moved), 1);
-  EXPECT_WARNING(&log, 0, path, "not a usable database", moved,
-                 "started a new one");
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.corrupt-", &moved),
+                   1);
+  SDPA_TEST_EXPECT_WARNING(&log, 0, path, "not a usable database", moved,
+                           "started a new one");
   ck_assert_int_eq(compile_key(rt, 0, NULL), SDPA_SOURCE_COMPILED);
   sdpa_runtime_destroy(rt);
   ck_assert_int_eq(log.warnings, 1);
@@ -389,11 +312,12 @@ START_TEST(directory_in_place_of_file) {
   char *dir = sdpa_test_tmpdir("isdir");
   char *path = sdpa_test_path(dir, "kernels.sqlite");
   ck_assert_int_eq(mkdir(path, 0700), 0);
-  log_counter log;
-  counter_init(&log);
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = runtime_on(path, &log);
   ck_assert_int_eq(log.warnings, 1);
-  EXPECT_WARNING(&log, 0, path, "a directory", "in memory", "SDPA_JIT_CACHE");
+  SDPA_TEST_EXPECT_WARNING(&log, 0, path, "a directory", "in memory",
+                           "SDPA_JIT_CACHE");
   ck_assert_ptr_null(sdpa_runtime_cache_path(rt));
   ck_assert_int_eq(compile_key(rt, 0, NULL), SDPA_SOURCE_COMPILED);
   ck_assert_int_eq(compile_key(rt, 0, NULL), SDPA_SOURCE_MEMORY);
@@ -402,7 +326,7 @@ START_TEST(directory_in_place_of_file) {
   struct stat st;
   ck_assert_int_eq(stat(path, &st), 0);
   ck_assert(S_ISDIR(st.st_mode));
-  ck_assert_int_eq(count_prefixed(path, "", NULL), 2); /* "." and ".." */
+  ck_assert_int_eq(sdpa_test_count_prefixed(path, "", NULL), 2); /* "." and ".." */
   sdpa_test_rmtree(dir);
   free(path);
   free(dir);
@@ -420,12 +344,12 @@ START_TEST(newer_user_version) {
   size_t before_size = 0, after_size = 0;
   unsigned char *before = sdpa_test_read_file(path, &before_size);
 
-  log_counter log;
-  counter_init(&log);
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = runtime_on(path, &log);
   ck_assert_int_eq(log.warnings, 1);
-  EXPECT_WARNING(&log, 0, path, "newer sdpa-jit", "untouched",
-                 "SDPA_JIT_CACHE");
+  SDPA_TEST_EXPECT_WARNING(&log, 0, path, "newer sdpa-jit", "untouched",
+                           "SDPA_JIT_CACHE");
   ck_assert_ptr_null(sdpa_runtime_cache_path(rt));
   /* K0 is in the file, but a newer layout is never read */
   ck_assert_int_eq(compile_key(rt, 0, NULL), SDPA_SOURCE_COMPILED);
@@ -437,7 +361,7 @@ START_TEST(newer_user_version) {
   ck_assert_uint_eq(after_size, before_size);
   ck_assert_int_eq(memcmp(before, after, before_size), 0);
   ck_assert_int_le(file_size(wal), 0);
-  ck_assert_int_eq(count_prefixed(dir, "kernels.sqlite.corrupt", NULL), 0);
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.corrupt", NULL), 0);
   free(before);
   free(after);
   free(wal);
@@ -454,18 +378,19 @@ START_TEST(path_under_regular_file) {
   char *file = sdpa_test_path(dir, "plain-file");
   sdpa_test_write_file(file, "x", 1);
   char *path = sdpa_test_path(file, "sdpa-jit/kernels.sqlite");
-  log_counter log;
-  counter_init(&log);
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = runtime_on(path, &log);
   ck_assert_int_eq(log.warnings, 1);
-  EXPECT_WARNING(&log, 0, "cannot create the directory", file, "in memory",
-                 "SDPA_JIT_CACHE");
+  SDPA_TEST_EXPECT_WARNING(&log, 0, "cannot create the directory", file,
+                           "in memory", "SDPA_JIT_CACHE");
   ck_assert_ptr_null(sdpa_runtime_cache_path(rt));
   ck_assert_int_eq(compile_key(rt, 0, NULL), SDPA_SOURCE_COMPILED);
   sdpa_runtime_destroy(rt);
   ck_assert_int_eq(log.warnings, 1);
   ck_assert_int_eq(file_size(file), 1);
-  ck_assert_int_eq(count_prefixed(dir, "", NULL), 3); /* ., .., plain-file */
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "", NULL),
+                   3); /* ., .., plain-file */
   free(file);
   sdpa_test_rmtree(dir);
   free(path);
@@ -509,8 +434,8 @@ START_TEST(no_home_falls_back_to_temp) {
                             (long)getuid()),
                    0);
 
-  log_counter log;
-  counter_init(&log);
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = runtime_on(NULL, &log);
   for (size_t i = 0; i < sizeof saved / sizeof saved[0]; i++)
     env_restore(&saved[i]);
@@ -553,8 +478,8 @@ START_TEST(hostile_column_values) {
   free(bytes);
 
   const int64_t cap = 1 << 20;
-  log_counter log;
-  counter_init(&log);
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
   const char *layers[] = {shipped};
   opts.cache_path = path;
@@ -562,7 +487,7 @@ START_TEST(hostile_column_values) {
   opts.readonly_cache_count = 1;
   opts.cache_max_bytes = cap;
   opts.arch = 90;
-  opts.log = count_log;
+  opts.log = sdpa_test_log_warning;
   opts.log_user = &log;
   sdpa_runtime *rt = NULL;
   ck_assert_int_eq(sdpa_runtime_create(&rt, &opts), SDPA_STATUS_SUCCESS);
@@ -622,9 +547,9 @@ typedef struct efbig_report {
  * fresh runtime. */
 static void efbig_child(const char *path, int report_fd) {
   efbig_report r;
-  log_counter log;
+  sdpa_test_log log;
   memset(&r, 0, sizeof r);
-  counter_init(&log);
+  sdpa_test_log_init(&log);
   r.limit = 40 * 1024;
   signal(SIGXFSZ, SIG_IGN);
   struct rlimit limit = {(rlim_t)r.limit, (rlim_t)r.limit};
@@ -635,7 +560,7 @@ static void efbig_child(const char *path, int report_fd) {
   sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
   opts.cache_path = path;
   opts.arch = 90;
-  opts.log = count_log;
+  opts.log = sdpa_test_log_warning;
   opts.log_user = &log;
   sdpa_runtime *rt = NULL, *fresh = NULL;
   if (sdpa_runtime_create(&rt, &opts) != SDPA_STATUS_SUCCESS) {
@@ -720,8 +645,8 @@ START_TEST(writes_fail_with_efbig) {
   sdpa_test_db_check_integrity(path);
   ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels"), GOLDEN_KEYS);
   ck_assert(!has_row(path, 4) && !has_row(path, 5));
-  log_counter log;
-  counter_init(&log);
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = runtime_on(path, &log);
   int64_t checked = -1, removed = -1;
   ck_assert_int_eq(sdpa_cache_verify(rt, &checked, &removed),
@@ -756,8 +681,8 @@ START_TEST(cache_max_bytes_prunes_least_recent) {
                                                      : golden.size[3];
   int64_t cap = golden.size[4] + golden.size[0] + golden.size[1] + smallest / 2;
 
-  log_counter log;
-  counter_init(&log);
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = runtime_capped(path, &log, cap);
   ck_assert_int_eq(compile_key(rt, 0, NULL), SDPA_SOURCE_DISK); /* touch */
   ck_assert_int_eq(compile_key(rt, 4, NULL), SDPA_SOURCE_COMPILED);
@@ -800,8 +725,8 @@ START_TEST(prune_keeps_recently_used) {
   set_age(path, 1, 2000);
   set_age(path, 2, 3000);
   set_age(path, 3, 4000);
-  log_counter log;
-  counter_init(&log);
+  sdpa_test_log log;
+  sdpa_test_log_init(&log);
   sdpa_runtime *rt = runtime_on(path, &log);
   ck_assert_int_eq(compile_key(rt, 3, NULL), SDPA_SOURCE_DISK);
   ck_assert_int_eq(compile_key(rt, 2, NULL), SDPA_SOURCE_DISK);

@@ -78,19 +78,12 @@ static sdpa_bwd_desc make_desc(const job *j) {
 /* Appends ptxas's complaint about `function` in `log`, if any. */
 static void check_report(const char *log, const char *function, char *out,
                          size_t size) {
-  char header[128];
-  snprintf(header, sizeof header, "Function properties for %s\n", function);
-  const char *at = strstr(log, header);
-  size_t used = strlen(out);
-  if (!at) {
-    snprintf(out + used, size - used, "no ptxas report for %s; ", function);
-    return;
-  }
-  const char *line = at + strlen(header);
-  int len = (int)strcspn(line, "\n");
   char report[256];
-  snprintf(report, sizeof report, "%.*s", len > 200 ? 200 : len, line);
-  if (!strstr(report, " 0 bytes spill stores") || !strstr(report, " 0 bytes spill loads"))
+  int spills = sdpa_ptxas_spills(log, function, report, sizeof report);
+  size_t used = strlen(out);
+  if (spills < 0)
+    snprintf(out + used, size - used, "no ptxas report for %s; ", function);
+  else if (spills)
     snprintf(out + used, size - used, "%s: %s; ", function, report);
 }
 

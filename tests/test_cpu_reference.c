@@ -350,7 +350,6 @@ START_TEST(backward_matches_finite_differences) {
   sdpa_ref_grads_free(&g);
 
   /* Rows with no visible key have dQ = 0; keys no query sees have dK = dV = 0. */
-  int group = p.heads_q / p.heads_kv;
   for (int b = 0; b < p.batch; b++) {
     int64_t qs, ks;
     int sq, skv;
@@ -376,7 +375,6 @@ START_TEST(backward_matches_finite_differences) {
       }
     }
   }
-  (void)group;
   free(o);
   free(lse);
   free(dq);

@@ -1,5 +1,6 @@
 /*
- * cubin_elf.c — a bounds-checked ELF64 reader for cubins (see cubin_elf.h).
+ * cubin_elf.c — a bounds-checked ELF64 reader for cubins, and ptxas's
+ * spill report (see cubin_elf.h).
  *
  * Reads only what the tests need: the header, the section headers, every
  * SHT_SYMTAB section and the string table it links to. Every offset read
@@ -10,6 +11,7 @@
 
 #include <elf.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #ifndef EM_CUDA
@@ -74,4 +76,22 @@ int sdpa_cubin_arch(const void *image, size_t size) {
    * 8..15 of e_flags; older images in bits 0..7. */
   if (eh.e_ident[EI_ABIVERSION] >= 8) return (int)((eh.e_flags >> 8) & 0xff);
   return (int)(eh.e_flags & 0xff);
+}
+
+int sdpa_ptxas_spills(const char *log, const char *function, char *line,
+                      size_t size) {
+  char header[128], report[256];
+  snprintf(header, sizeof header, "Function properties for %s\n", function);
+  const char *at = log ? strstr(log, header) : NULL;
+  line[0] = '\0';
+  if (!at) return -1;
+  const char *next = at + strlen(header);
+  int length = (int)strcspn(next, "\n");
+  if (length > 200) length = 200;
+  snprintf(report, sizeof report, "%.*s", length, next);
+  snprintf(line, size, "%s", report);
+  return strstr(report, " 0 bytes spill stores") &&
+                 strstr(report, " 0 bytes spill loads")
+             ? 0
+             : 1;
 }

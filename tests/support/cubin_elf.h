@@ -1,10 +1,12 @@
 /*
- * cubin_elf.h — reading a cubin's ELF symbol table without a GPU.
+ * cubin_elf.h — reading a cubin's ELF symbol table, and ptxas's report on
+ * it, without a GPU.
  *
  * A cubin is an ELF64 little-endian image (e_machine EM_CUDA). Tests use
  * these to check that NVRTC produced the kernels the runtime will look up
  * by name (cuModuleGetFunction) and for the arch it was asked for, on a
- * machine that has no driver to load the image with.
+ * machine that has no driver to load the image with; and that ptxas (its
+ * verbose report is in the compile log) spilled no registers in them.
  */
 #ifndef SDPA_TEST_CUBIN_ELF_H
 #define SDPA_TEST_CUBIN_ELF_H
@@ -19,5 +21,13 @@ int sdpa_cubin_has_function(const void *image, size_t size, const char *name);
 /* The SM arch the cubin was compiled for (e.g. 90), from e_flags, or -1 when
  * the image is not a well-formed ELF64 cubin. */
 int sdpa_cubin_arch(const void *image, size_t size);
+
+/* Reads ptxas's "Function properties for <function>" report in a compile
+ * log: copies the report's line (at most 200 characters) to `line`
+ * (`size` bytes, at least 1) and returns 1 when it shows spill stores or
+ * spill loads, 0 when it shows "0 bytes spill stores" and "0 bytes spill
+ * loads"; returns -1 (line "") when the log has no report for `function`. */
+int sdpa_ptxas_spills(const char *log, const char *function, char *line,
+                      size_t size);
 
 #endif

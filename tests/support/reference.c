@@ -350,23 +350,6 @@ double sdpa_ref_scale(const sdpa_ref_problem *p) {
   return p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)p->head_dim);
 }
 
-double sdpa_ref_cost(const sdpa_ref_problem *p) {
-  double pairs = 0;
-  for (int b = 0; b < p->batch; b++) {
-    int64_t qs, ks;
-    int sq, skv;
-    sdpa_ref_sequence_q(p, b, &qs, &sq);
-    sdpa_ref_sequence_kv(p, b, &ks, &skv);
-    for (int i = 0; i < sq; i++) {
-      int64_t lo, hi;
-      visible_range(p, i, sq, skv, &lo, &hi);
-      if (hi >= lo) pairs += (double)(hi - lo + 1);
-    }
-  }
-  /* forward: hd + hdv per pair; backward: 3 hd + 2 hdv */
-  return pairs * p->heads_q * (4.0 * p->head_dim + 3.0 * p->head_dim_v);
-}
-
 /* ---------------------------------------------------------- reference */
 
 static double dot_ff(const float *a, const float *b, int n) {

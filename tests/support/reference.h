@@ -102,9 +102,6 @@ int sdpa_ref_visible(const sdpa_ref_problem *p, int i, int j, int sq,
 /* The resolved softmax scale in double. */
 double sdpa_ref_scale(const sdpa_ref_problem *p);
 
-/* Multiply-adds of forward + backward (to keep cases small). */
-double sdpa_ref_cost(const sdpa_ref_problem *p);
-
 /* Element counts of the logical tensors. */
 size_t sdpa_ref_elements(const sdpa_ref_problem *p, int tensor);
 

@@ -6,6 +6,7 @@
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 sqlite3 *sdpa_test_db_open(const char *path, int flags) {
   sqlite3 *db = NULL;
@@ -76,4 +77,36 @@ int sdpa_test_db_flip_cubin(const char *path, const char *key_hash, unsigned cha
   sqlite3_close(db);
   free(bytes);
   return size;
+}
+
+void sdpa_test_db_set_age(const char *path, const char *key_hash, int64_t age) {
+  sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE);
+  sqlite3_stmt *stmt = NULL;
+  ck_assert_int_eq(sqlite3_prepare_v2(db,
+                                      "UPDATE kernels SET last_used = ?1, "
+                                      "created = ?1 WHERE key_hash = ?2",
+                                      -1, &stmt, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_int64(stmt, 1, (int64_t)time(NULL) - age);
+  sqlite3_bind_text(stmt, 2, key_hash, -1, SQLITE_STATIC);
+  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_DONE);
+  ck_assert_int_eq(sqlite3_changes(db), 1);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+}
+
+int sdpa_test_db_has_row(const char *path, const char *key_hash) {
+  sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE);
+  sqlite3_stmt *stmt = NULL;
+  ck_assert_int_eq(sqlite3_prepare_v2(db,
+                                      "SELECT count(*) FROM kernels WHERE "
+                                      "key_hash = ?1",
+                                      -1, &stmt, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_text(stmt, 1, key_hash, -1, SQLITE_STATIC);
+  ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
+  int found = sqlite3_column_int(stmt, 0);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return found;
 }

@@ -1,6 +1,7 @@
 /*
  * test_db.h — SQLite helpers for the suites that read or damage cache
- * files behind the runtime's back (cache, damage, compile, concurrency).
+ * files behind the runtime's back (cache, damage, compile, concurrency,
+ * crash).
  * Every helper fails the running test (ck_assert) when SQLite does.
  */
 #ifndef SDPA_TEST_DB_H
@@ -24,5 +25,12 @@ void sdpa_test_db_check_integrity(const char *path);
 /* XORs `mask` into the middle byte of the cubin stored for `key_hash`,
  * leaving its checksum column as it was; returns the cubin's size. */
 int sdpa_test_db_flip_cubin(const char *path, const char *key_hash, unsigned char mask);
+
+/* Sets last_used and created of the row of `key_hash` in the existing file
+ * `path` to now - `age` seconds; asserts that exactly one row changed. */
+void sdpa_test_db_set_age(const char *path, const char *key_hash, int64_t age);
+
+/* The number of rows of `key_hash` in the existing file `path` (0 or 1). */
+int sdpa_test_db_has_row(const char *path, const char *key_hash);
 
 #endif

@@ -1,0 +1,70 @@
+/*
+ * test_cache.c — the warning counter and the key-lock holder of the
+ * cache-facing suites (see test_cache.h).
+ */
+#include "test_cache.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+
+void sdpa_test_log_init(sdpa_test_log *log) {
+  memset(log, 0, sizeof *log);
+  pthread_mutex_init(&log->lock, NULL);
+}
+
+void sdpa_test_log_warning(sdpa_log_level level, const char *message,
+                           void *user) {
+  sdpa_test_log *log = user;
+  if (getenv("SDPA_TEST_VERBOSE"))
+    fprintf(stderr, "%s: %s\n", level == SDPA_LOG_WARNING ? "warning" : "info",
+            message);
+  if (level != SDPA_LOG_WARNING) return;
+  pthread_mutex_lock(&log->lock);
+  if (log->warnings < SDPA_TEST_LOG_KEPT)
+    snprintf(log->text[log->warnings], sizeof log->text[0], "%s", message);
+  snprintf(log->last, sizeof log->last, "%s", message);
+  log->warnings++;
+  pthread_mutex_unlock(&log->lock);
+}
+
+void sdpa_test_expect_warning(const sdpa_test_log *log, int i,
+                              const char *const *parts) {
+  ck_assert_int_lt(i, SDPA_TEST_LOG_KEPT);
+  ck_assert_int_lt(i, log->warnings);
+  for (int p = 0; parts[p]; p++)
+    ck_assert_msg(strstr(log->text[i], parts[p]) != NULL,
+                  "warning \"%s\" lacks \"%s\"", log->text[i], parts[p]);
+}
+
+pid_t sdpa_test_start_lock_holder(const char *cache_path, const char *key_hash) {
+  int ready[2];
+  ck_assert_int_eq(pipe(ready), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    /* the child: no Check asserts here, only the answer on the pipe */
+    close(ready[0]);
+    sdpa_cache_config cfg = {0};
+    sdpa_cache *cache = NULL;
+    sdpa_cache_lock *lock = NULL;
+    char answer = 'n';
+    cfg.path = cache_path;
+    if (sdpa_cache_open(&cache, &cfg) == SDPA_STATUS_SUCCESS) {
+      sdpa_cache_lock_key(cache, key_hash, &lock);
+      if (lock) answer = 'L';
+    }
+    if (write(ready[1], &answer, 1) != 1) _exit(2);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char answer = 0;
+  ck_assert_int_eq(read(ready[0], &answer, 1), 1);
+  close(ready[0]);
+  ck_assert_msg(answer == 'L', "the holder could not take the key lock");
+  return pid;
+}

@@ -1,0 +1,53 @@
+/*
+ * test_cache.h — what the cache-facing suites (cache, compile, concurrency,
+ * damage) share: a log callback that counts the warnings a cache or a
+ * runtime logs and keeps their texts, a check of one warning's text, and a
+ * process that holds a key's lock until it is killed.
+ *
+ * The warnings are how the cache tells a user what went wrong with a file,
+ * so these suites count them and read what they say. The callback is safe
+ * to call from several threads and works in a forked child (no Check
+ * assert in it); the lock holder stands in for another rank.
+ */
+#ifndef SDPA_TEST_CACHE_H
+#define SDPA_TEST_CACHE_H
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include "sdpa_jit.h"
+
+enum { SDPA_TEST_LOG_KEPT = 4 }; /* warning texts kept, from the first */
+
+/* Warnings seen by a log callback (sdpa_test_log_warning). */
+typedef struct sdpa_test_log {
+  pthread_mutex_t lock;
+  int warnings;                         /* how many were logged           */
+  char text[SDPA_TEST_LOG_KEPT][1024];  /* the first ones, in order       */
+  char last[2048];                      /* the most recent one            */
+} sdpa_test_log;
+
+/* Empties `log` and makes its mutex; call before handing it to a cache or
+ * runtime (again to start counting afresh). */
+void sdpa_test_log_init(sdpa_test_log *log);
+
+/* A sdpa_log_fn; `user` is a sdpa_test_log. Counts SDPA_LOG_WARNING
+ * messages and keeps their texts; other levels are not counted. With
+ * $SDPA_TEST_VERBOSE set, prints every message to stderr. */
+void sdpa_test_log_warning(sdpa_log_level level, const char *message,
+                           void *user);
+
+/* Asserts that warning `i` was logged and contains every string of the
+ * NULL-terminated list `parts` (i < SDPA_TEST_LOG_KEPT). */
+void sdpa_test_expect_warning(const sdpa_test_log *log, int i,
+                              const char *const *parts);
+#define SDPA_TEST_EXPECT_WARNING(log, i, ...)                                 \
+  sdpa_test_expect_warning((log), (i), (const char *const[]){__VA_ARGS__, NULL})
+
+/* Forks a process that opens the cache at `cache_path`, takes the lock of
+ * `key_hash` and sleeps until it is killed; returns once it holds the lock
+ * (the test fails when it could not take it). The caller kills and reaps
+ * the process. */
+pid_t sdpa_test_start_lock_holder(const char *cache_path, const char *key_hash);
+
+#endif
