@@ -126,14 +126,10 @@ static void warn_add(warning_list *w, const char *fmt, ...) {
 }
 
 /* Passes the gathered warnings to the log callback, or writes each as one
- * line on stderr. Call without the mutex held. */
+ * line on stderr (sdpa_log_emit). Call without the mutex held. */
 static void warn_emit(const sdpa_cache *cache, warning_list *w) {
-  for (int i = 0; i < w->count; i++) {
-    if (cache->log)
-      cache->log(SDPA_LOG_WARNING, w->text[i], cache->log_user);
-    else
-      fprintf(stderr, "sdpa-jit: warning: %s\n", w->text[i]);
-  }
+  for (int i = 0; i < w->count; i++)
+    sdpa_log_emit(cache->log, cache->log_user, SDPA_LOG_WARNING, w->text[i]);
   w->count = 0;
 }
 
@@ -176,9 +172,40 @@ static int64_t cubin_checksum(const void *data, size_t size) {
   return value;
 }
 
+/* Whether the cubin in column `cubin_column` of the current row is
+ * present, not empty, and matches the checksum in `checksum_column`. */
+static int stored_cubin_intact(sqlite3_stmt *stmt, int cubin_column,
+                               int checksum_column) {
+  const void *blob = sqlite3_column_blob(stmt, cubin_column);
+  int bytes = sqlite3_column_bytes(stmt, cubin_column);
+  return blob && bytes > 0 &&
+         cubin_checksum(blob, (size_t)bytes) ==
+             sqlite3_column_int64(stmt, checksum_column);
+}
+
+/* Appends `hash` ("" when NULL) to a list of 33-byte key hashes, growing it
+ * as needed. Returns SQLITE_OK, or SQLITE_NOMEM with the list unchanged. */
+static int hash_list_add(char (**list)[33], size_t *count, size_t *capacity,
+                         const char *hash) {
+  if (*count == *capacity) {
+    size_t grown = *capacity ? *capacity * 2 : 8;
+    void *p = realloc(*list, grown * sizeof **list);
+    if (!p) return SQLITE_NOMEM;
+    *list = p;
+    *capacity = grown;
+  }
+  snprintf((*list)[(*count)++], 33, "%s", hash ? hash : "");
+  return SQLITE_OK;
+}
+
 static int is_hex_digit(char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
          (c >= 'A' && c <= 'F');
+}
+
+/* A hex digit in lowercase. */
+static char hex_lower(char c) {
+  return (c >= 'A' && c <= 'F') ? (char)(c - 'A' + 'a') : c;
 }
 
 /* Copies a 32-hex-digit key hash into `out` in lowercase. Returns 0 when
@@ -187,8 +214,7 @@ static int normalize_hash(const char *hash, char out[33]) {
   if (!hash) return 0;
   for (int i = 0; i < 32; i++) {
     if (!is_hex_digit(hash[i])) return 0;
-    out[i] = (hash[i] >= 'A' && hash[i] <= 'F') ? (char)(hash[i] - 'A' + 'a')
-                                                : hash[i];
+    out[i] = hex_lower(hash[i]);
   }
   out[32] = '\0';
   return hash[32] == '\0';
@@ -299,6 +325,14 @@ static int pragma_int(sqlite3 *db, const char *sql, int *value) {
   }
 done:
   sqlite3_finalize(stmt);
+  return rc;
+}
+
+/* Reads a cache file's header: its application_id and user_version.
+ * Returns an SQLite code. */
+static int read_header(sqlite3 *db, int *app_id, int *version) {
+  int rc = pragma_int(db, "PRAGMA application_id", app_id);
+  if (rc == SQLITE_OK) rc = pragma_int(db, "PRAGMA user_version", version);
   return rc;
 }
 
@@ -486,8 +520,7 @@ static attach_result user_attach(const char *path, sqlite3 **out, char *why,
   }
   sqlite3_extended_result_codes(db, 1);
   sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
-  rc = pragma_int(db, "PRAGMA application_id", &app_id);
-  if (rc == SQLITE_OK) rc = pragma_int(db, "PRAGMA user_version", &version);
+  rc = read_header(db, &app_id, &version);
   if (rc != SQLITE_OK) {
     snprintf(why, why_size, "%s", sqlite3_errmsg(db));
     result = is_damage(rc) ? ATTACH_DAMAGED : ATTACH_FAILED;
@@ -724,8 +757,7 @@ static int shipped_attach(const char *path, sqlite3 **out, char *why,
     goto done;
   }
   sqlite3_extended_result_codes(db, 1);
-  rc = pragma_int(db, "PRAGMA application_id", &app_id);
-  if (rc == SQLITE_OK) rc = pragma_int(db, "PRAGMA user_version", &version);
+  rc = read_header(db, &app_id, &version);
   if (rc != SQLITE_OK) {
     snprintf(why, why_size, "%s", sqlite3_errmsg(db));
     goto done;
@@ -929,14 +961,13 @@ static int row_fetch(sqlite3 *db, const char *hash, const char *key_text,
     rc = SQLITE_DONE; /* a hash collision, or a forged row: a miss */
     goto done;
   }
-  const void *blob = sqlite3_column_blob(stmt, 1);
-  int bytes = sqlite3_column_bytes(stmt, 1);
-  if (!blob || bytes <= 0 ||
-      cubin_checksum(blob, (size_t)bytes) != sqlite3_column_int64(stmt, 2)) {
+  if (!stored_cubin_intact(stmt, 1, 2)) {
     *bad = 1;
     rc = SQLITE_DONE;
     goto done;
   }
+  const void *blob = sqlite3_column_blob(stmt, 1);
+  int bytes = sqlite3_column_bytes(stmt, 1);
   *out = malloc((size_t)bytes);
   if (!*out) {
     rc = SQLITE_NOMEM;
@@ -1068,17 +1099,8 @@ static int prune_to_size(sqlite3 *db, int64_t max_bytes, const char *keep,
     total = count_add(total, sqlite3_column_int64(stmt, 1));
     if (total <= max_bytes) continue;
     if (keep && strcmp(hash, keep) == 0) continue; /* counted, never deleted */
-    if (count == capacity) {
-      size_t grown = capacity ? capacity * 2 : 16;
-      void *p = realloc(victims, grown * sizeof *victims);
-      if (!p) {
-        rc = SQLITE_NOMEM;
-        goto done;
-      }
-      victims = p;
-      capacity = grown;
-    }
-    snprintf(victims[count++], 33, "%s", hash);
+    rc = hash_list_add(&victims, &count, &capacity, hash);
+    if (rc != SQLITE_OK) goto done;
   }
   if (rc != SQLITE_DONE) goto done;
   rc = sqlite3_prepare_v2(db, "DELETE FROM kernels WHERE key_hash = ?1", -1,
@@ -1335,15 +1357,18 @@ void sdpa_cache_unlock_key(sdpa_cache_lock *lock) {
 
 /* ------------------------------------------------------ inspection */
 
+/* Frees the strings one entry owns (not the entry itself). */
+static void entry_strings_free(sdpa_cache_entry *entry) {
+  free((void *)entry->key_text);
+  free((void *)entry->dtype);
+  free((void *)entry->mask);
+  free((void *)entry->layout);
+  free((void *)entry->nvrtc_version);
+}
+
 void sdpa_cache_free_entries(sdpa_cache_entry *entries, size_t count) {
   if (!entries) return;
-  for (size_t i = 0; i < count; i++) {
-    free((void *)entries[i].key_text);
-    free((void *)entries[i].dtype);
-    free((void *)entries[i].mask);
-    free((void *)entries[i].layout);
-    free((void *)entries[i].nvrtc_version);
-  }
+  for (size_t i = 0; i < count; i++) entry_strings_free(&entries[i]);
   free(entries);
 }
 
@@ -1381,11 +1406,7 @@ static int entry_from_row(sdpa_cache *cache, sqlite3_stmt *stmt,
   entry->readonly = layer->shipped;
   if (!entry->key_text || !entry->dtype || !entry->mask || !entry->layout ||
       !entry->nvrtc_version) {
-    free((void *)entry->key_text);
-    free((void *)entry->dtype);
-    free((void *)entry->mask);
-    free((void *)entry->layout);
-    free((void *)entry->nvrtc_version);
+    entry_strings_free(entry);
     memset(entry, 0, sizeof *entry);
     return -1;
   }
@@ -1519,9 +1540,7 @@ static sdpa_status find_key(sdpa_cache *cache, const char *key,
                             "no cache entry matches '%s': a key hash has 32 "
                             "hex digits and a prefix needs at least 6",
                             key);
-    for (size_t i = 0; i < length; i++)
-      wanted[i] = (key[i] >= 'A' && key[i] <= 'F') ? (char)(key[i] - 'A' + 'a')
-                                                   : key[i];
+    for (size_t i = 0; i < length; i++) wanted[i] = hex_lower(key[i]);
     wanted[length] = '\0';
     sql = length == 32 ? "SELECT key_hash FROM kernels WHERE key_hash = ?1"
                        : "SELECT key_hash FROM kernels "
@@ -1545,18 +1564,9 @@ static sdpa_status find_key(sdpa_cache *cache, const char *key,
       for (size_t c = 0; c < candidate_count && !seen; c++)
         seen = strcmp(candidates[c], found) == 0;
       if (seen) continue;
-      if (candidate_count == candidate_capacity) {
-        size_t grown = candidate_capacity ? candidate_capacity * 2 : 4;
-        void *p = realloc(candidates, grown * sizeof *candidates);
-        if (!p) {
-          rc = SQLITE_NOMEM;
-          break;
-        }
-        candidates = p;
-        candidate_capacity = grown;
-      }
       if (candidate_count == 0) first_layer = i;
-      memcpy(candidates[candidate_count++], found, 33);
+      rc = hash_list_add(&candidates, &candidate_count, &candidate_capacity,
+                         found);
     }
     sqlite3_finalize(stmt);
     stmt = NULL;
@@ -1746,25 +1756,11 @@ static int verify_layer(sdpa_cache *cache, cache_layer *layer, int64_t *checked,
                               "SELECT key_hash, cubin, checksum FROM kernels",
                               -1, &stmt, NULL);
   while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    const char *hash = (const char *)sqlite3_column_text(stmt, 0);
-    const void *blob = sqlite3_column_blob(stmt, 1);
-    int bytes = sqlite3_column_bytes(stmt, 1);
-    rc = SQLITE_OK;
     (*checked)++;
-    if (blob && bytes > 0 &&
-        cubin_checksum(blob, (size_t)bytes) == sqlite3_column_int64(stmt, 2))
-      continue;
-    if (bad_count == bad_capacity) {
-      size_t grown = bad_capacity ? bad_capacity * 2 : 8;
-      void *p = realloc(bad, grown * sizeof *bad);
-      if (!p) {
-        rc = SQLITE_NOMEM;
-        break;
-      }
-      bad = p;
-      bad_capacity = grown;
-    }
-    snprintf(bad[bad_count++], 33, "%s", hash ? hash : "");
+    rc = SQLITE_OK;
+    if (stored_cubin_intact(stmt, 1, 2)) continue;
+    rc = hash_list_add(&bad, &bad_count, &bad_capacity,
+                       (const char *)sqlite3_column_text(stmt, 0));
   }
   sqlite3_finalize(stmt);
   if (rc != SQLITE_OK && rc != SQLITE_DONE) goto done;

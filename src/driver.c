@@ -46,7 +46,6 @@ static void load_driver(void) {
     return;
   }
   RESOLVE(cuInit, "cuInit");
-  RESOLVE(cuDriverGetVersion, "cuDriverGetVersion");
   RESOLVE(cuGetErrorName, "cuGetErrorName");
   RESOLVE(cuGetErrorString, "cuGetErrorString");
   RESOLVE(cuDeviceGetCount, "cuDeviceGetCount");
@@ -54,7 +53,6 @@ static void load_driver(void) {
   RESOLVE(cuDeviceGetAttribute, "cuDeviceGetAttribute");
   RESOLVE(cuDeviceGetName, "cuDeviceGetName");
   RESOLVE(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-  RESOLVE(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
   RESOLVE(cuCtxGetCurrent, "cuCtxGetCurrent");
   RESOLVE(cuCtxSetCurrent, "cuCtxSetCurrent");
   RESOLVE(cuCtxGetDevice, "cuCtxGetDevice");
@@ -63,15 +61,12 @@ static void load_driver(void) {
   RESOLVE(cuModuleUnload, "cuModuleUnload");
   RESOLVE(cuModuleGetFunction, "cuModuleGetFunction");
   RESOLVE(cuFuncSetAttribute, "cuFuncSetAttribute");
-  RESOLVE(cuFuncGetAttribute, "cuFuncGetAttribute");
   RESOLVE(cuLaunchKernel, "cuLaunchKernel");
   RESOLVE(cuMemAlloc, "cuMemAlloc_v2");
   RESOLVE(cuMemFree, "cuMemFree_v2");
   RESOLVE(cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   RESOLVE(cuMemcpyDtoH, "cuMemcpyDtoH_v2");
-  RESOLVE(cuMemcpyDtoD, "cuMemcpyDtoD_v2");
   RESOLVE(cuMemsetD8, "cuMemsetD8_v2");
-  RESOLVE(cuMemsetD32Async, "cuMemsetD32Async");
   RESOLVE(cuMemHostAlloc, "cuMemHostAlloc");
   RESOLVE(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
   RESOLVE(cuMemFreeHost, "cuMemFreeHost");
@@ -81,7 +76,6 @@ static void load_driver(void) {
   RESOLVE(cuEventCreate, "cuEventCreate");
   RESOLVE(cuEventDestroy, "cuEventDestroy_v2");
   RESOLVE(cuEventRecord, "cuEventRecord");
-  RESOLVE(cuEventSynchronize, "cuEventSynchronize");
   RESOLVE(cuEventElapsedTime, "cuEventElapsedTime_v2");
 
   CUresult rc = table.cuInit(0);

@@ -15,7 +15,6 @@
 
 typedef struct sdpa_driver {
   CUresult (*cuInit)(unsigned int);
-  CUresult (*cuDriverGetVersion)(int *);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
   CUresult (*cuDeviceGetCount)(int *);
@@ -23,7 +22,6 @@ typedef struct sdpa_driver {
   CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
   CUresult (*cuDeviceGetName)(char *, int, CUdevice);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
   CUresult (*cuCtxGetCurrent)(CUcontext *);
   CUresult (*cuCtxSetCurrent)(CUcontext);
   CUresult (*cuCtxGetDevice)(CUdevice *);
@@ -32,7 +30,6 @@ typedef struct sdpa_driver {
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int);
-  CUresult (*cuFuncGetAttribute)(int *, CUfunction_attribute, CUfunction);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
                              unsigned, unsigned, unsigned, unsigned,
                              CUstream, void **, void **);
@@ -40,9 +37,7 @@ typedef struct sdpa_driver {
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
-  CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
-  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
   CUresult (*cuMemHostAlloc)(void **, size_t, unsigned int);
   CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned int);
   CUresult (*cuMemFreeHost)(void *);
@@ -52,7 +47,6 @@ typedef struct sdpa_driver {
   CUresult (*cuEventCreate)(CUevent *, unsigned int);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventRecord)(CUevent, CUstream);
-  CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
 } sdpa_driver;
 

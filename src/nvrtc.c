@@ -37,7 +37,7 @@ static int supported_archs[64];
 static int supported_count;
 static char supported_text[256];
 static char arch_option[ARCH_LIMIT][40];
-static const char *option_lists[ARCH_LIMIT][6];
+static const char *option_lists[ARCH_LIMIT][5];
 
 /* Fills the version text, the supported-arch list and every arch's option
  * list once per process. NVRTC is linked, so none of this can fail short of

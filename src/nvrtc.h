@@ -17,7 +17,7 @@ const char *sdpa_nvrtc_version(void);
 
 /* The option list used for `arch` ("--gpu-architecture=sm_90",
  * "-std=c++17", "--device-as-default-execution-space",
- * "--ptxas-options=-v", "--extra-device-vectorization"), NULL-terminated,
+ * "--ptxas-options=-v"), NULL-terminated,
  * static; NULL for an arch outside 0..255. Enters the key. */
 const char *const *sdpa_nvrtc_options(int arch);
 

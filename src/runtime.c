@@ -1,7 +1,7 @@
 /*
  * runtime.c — the runtime object and the public cache-inspection calls.
  *
- * A runtime owns copies of its options, the cache layers (cache.c) and the
+ * A runtime owns a copy of its options, the cache layers (cache.c) and the
  * in-process kernel table (filled by compile.c): one row per key with the
  * cubin and, per CUDA context, the loaded module, its kernels and a mapped
  * host word the kernels use to report bad input. Creating one touches no
@@ -17,7 +17,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "status.h"
 
@@ -89,12 +88,6 @@ static void free_runtime(sdpa_runtime *rt, int sync_ready) {
     free(rt->inflight);
     rt->inflight = next;
   }
-  if (rt->readonly_copies) {
-    for (size_t i = 0; i < rt->options.readonly_cache_count; i++)
-      free(rt->readonly_copies[i]);
-    free(rt->readonly_copies);
-  }
-  free(rt->cache_path_copy);
   if (sync_ready) {
     pthread_cond_destroy(&rt->inflight_done);
     pthread_mutex_destroy(&rt->lock);
@@ -102,8 +95,8 @@ static void free_runtime(sdpa_runtime *rt, int sync_ready) {
   free(rt);
 }
 
-/* Creates a runtime (sdpa_jit.h): copies the options and their strings,
- * opens the cache layers. Needs no GPU. */
+/* Creates a runtime (sdpa_jit.h): copies the options, opens the cache
+ * layers (which copy the paths they are given). Needs no GPU. */
 sdpa_status sdpa_runtime_create(sdpa_runtime **out,
                                 const sdpa_runtime_options *opts) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
@@ -145,6 +138,10 @@ sdpa_status sdpa_runtime_create(sdpa_runtime **out,
   rt = calloc(1, sizeof *rt);
   if (!rt) goto out_of_memory;
   rt->options = *opts;
+  /* The caller's path strings may go away after this call: the cache
+   * copies them and nothing else reads them. */
+  rt->options.cache_path = NULL;
+  rt->options.readonly_cache_paths = NULL;
   if (pthread_mutex_init(&rt->lock, NULL) != 0) goto out_of_memory;
   if (pthread_cond_init(&rt->inflight_done, NULL) != 0) {
     pthread_mutex_destroy(&rt->lock);
@@ -152,32 +149,14 @@ sdpa_status sdpa_runtime_create(sdpa_runtime **out,
   }
   sync_ready = 1;
 
-  if (opts->cache_path) {
-    rt->cache_path_copy = strdup(opts->cache_path);
-    if (!rt->cache_path_copy) goto out_of_memory;
-  }
-  rt->options.cache_path = rt->cache_path_copy;
-  rt->options.readonly_cache_paths = NULL;
-  if (opts->readonly_cache_count > 0) {
-    rt->readonly_copies = calloc(opts->readonly_cache_count,
-                                 sizeof *rt->readonly_copies);
-    if (!rt->readonly_copies) goto out_of_memory;
-    for (size_t i = 0; i < opts->readonly_cache_count; i++) {
-      rt->readonly_copies[i] = strdup(opts->readonly_cache_paths[i]);
-      if (!rt->readonly_copies[i]) goto out_of_memory;
-    }
-    rt->options.readonly_cache_paths =
-        (const char *const *)rt->readonly_copies;
-  }
-
   sdpa_cache_config config = {0};
-  config.path = rt->options.cache_path;
-  config.readonly_paths = rt->options.readonly_cache_paths;
-  config.readonly_count = rt->options.readonly_cache_count;
-  config.disabled = rt->options.disable_disk_cache;
-  config.max_bytes = rt->options.cache_max_bytes;
-  config.log = rt->options.log;
-  config.log_user = rt->options.log_user;
+  config.path = opts->cache_path;
+  config.readonly_paths = opts->readonly_cache_paths;
+  config.readonly_count = opts->readonly_cache_count;
+  config.disabled = opts->disable_disk_cache;
+  config.max_bytes = opts->cache_max_bytes;
+  config.log = opts->log;
+  config.log_user = opts->log_user;
   /* How long a process waits for another's compile of the same key before
    * compiling it itself (a holder that hangs); default 120 s. */
   const char *lock_env = getenv("SDPA_JIT_LOCK_TIMEOUT_MS");
@@ -201,15 +180,15 @@ done:
 void sdpa_runtime_destroy(sdpa_runtime *runtime) { free_runtime(runtime, 1); }
 
 const char *sdpa_runtime_cache_path(const sdpa_runtime *runtime) {
-  if (!runtime || !runtime->cache) return NULL;
+  if (!runtime) return NULL;
   return sdpa_cache_path(runtime->cache);
 }
 
 /* The arch plans use when their descriptor says 0 (sdpa_jit.h): the
  * options' arch, else the current context's device's (the primary context
  * of device 0 is made current when none is). Queried on every call, so a
- * thread that switches devices gets its device's arch; the last one seen
- * is kept in runtime->arch. Returns 0 with a message when neither. */
+ * thread that switches devices gets its device's arch. Returns 0 with a
+ * message when neither. */
 int sdpa_runtime_arch(sdpa_runtime *runtime) {
   if (!runtime) {
     sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
@@ -228,9 +207,6 @@ int sdpa_runtime_arch(sdpa_runtime *runtime) {
                     "no GPU found: set desc.arch or the runtime option arch");
     return 0;
   }
-  pthread_mutex_lock(&runtime->lock);
-  runtime->arch = arch;
-  pthread_mutex_unlock(&runtime->lock);
   return arch;
 }
 
@@ -243,12 +219,8 @@ void sdpa_runtime_log(const sdpa_runtime *rt, sdpa_log_level level,
   va_start(ap, fmt);
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
-  if (rt && rt->options.log) {
-    rt->options.log(level, message, rt->options.log_user);
-    return;
-  }
-  if (level == SDPA_LOG_WARNING)
-    fprintf(stderr, "sdpa-jit: warning: %s\n", message);
+  sdpa_log_emit(rt ? rt->options.log : NULL, rt ? rt->options.log_user : NULL,
+                level, message);
 }
 
 /* ------------------------------------------------ public cache access */
@@ -257,9 +229,6 @@ void sdpa_runtime_log(const sdpa_runtime *rt, sdpa_log_level level,
 static sdpa_status check_runtime(const sdpa_runtime *runtime, const char *call) {
   if (!runtime)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT, "%s: runtime is NULL",
-                          call);
-  if (!runtime->cache)
-    return sdpa_error_set(SDPA_STATUS_INTERNAL, "%s: the runtime has no cache",
                           call);
   return SDPA_STATUS_SUCCESS;
 }

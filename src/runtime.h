@@ -22,7 +22,6 @@ struct sdpa_module_entry {
   CUcontext ctx;
   CUmodule module;
   CUfunction preprocess, main, convert;
-  int main_smem_bytes;
   int *error_host;          /* mapped pinned word (kernels set flags) */
   CUdeviceptr error_device; /* its device address                     */
   struct sdpa_module_entry *next;
@@ -41,7 +40,6 @@ typedef struct sdpa_kernel_entry {
   char *key_text;
   void *cubin;
   size_t cubin_size;
-  sdpa_source source;         /* where it first came from             */
   char *compile_log;          /* NVRTC's log when compiled in this
                                  process, else "" (owned)             */
   struct sdpa_module_entry *modules; /* per context                   */
@@ -56,12 +54,10 @@ typedef struct sdpa_inflight {
 } sdpa_inflight;
 
 struct sdpa_runtime {
-  sdpa_runtime_options options; /* strings below are owned copies */
-  char *cache_path_copy;
-  char **readonly_copies;
-  sdpa_cache *cache;
-  int arch;                     /* resolved lazily; 0 until known    */
-  pthread_mutex_t lock;         /* guards kernels, inflight, arch    */
+  sdpa_runtime_options options; /* the caller's, without the cache
+                                   paths (the cache keeps copies)   */
+  sdpa_cache *cache;            /* never NULL once created          */
+  pthread_mutex_t lock;         /* guards kernels and inflight      */
   pthread_cond_t inflight_done;
   sdpa_kernel_entry *kernels;
   sdpa_inflight *inflight;

@@ -1,8 +1,11 @@
 /*
- * status.c — status names and the thread-local last-error message.
+ * status.c — status names, the thread-local last-error message, and where
+ * log messages go.
  *
  * The message buffer is per thread (C11 _Thread_local), so concurrent calls
- * on a shared runtime never see each other's errors.
+ * on a shared runtime never see each other's errors. Warnings from the
+ * runtime and the cache share one route (sdpa_log_emit) so that both print
+ * the same line when no callback was given.
  */
 #include "status.h"
 
@@ -54,3 +57,11 @@ sdpa_status sdpa_error_wrap(sdpa_status status, const char *fmt, ...) {
 }
 
 void sdpa_error_clear(void) { last_error[0] = '\0'; }
+
+void sdpa_log_emit(sdpa_log_fn log, void *user, sdpa_log_level level,
+                   const char *message) {
+  if (log)
+    log(level, message, user);
+  else if (level == SDPA_LOG_WARNING)
+    fprintf(stderr, "sdpa-jit: warning: %s\n", message);
+}

@@ -4,6 +4,8 @@
  * Every failing path inside the library returns through sdpa_error_set(),
  * which formats a message into a thread-local buffer and returns the status
  * it was given, so a check reads `return sdpa_error_set(SDPA_STATUS_..., "...")`.
+ * Warnings and notes go out through sdpa_log_emit(), the one place that
+ * chooses between the user's log callback and stderr.
  */
 #ifndef SDPA_STATUS_H
 #define SDPA_STATUS_H
@@ -28,5 +30,11 @@ sdpa_status sdpa_error_wrap(sdpa_status status, const char *fmt, ...)
 
 /* Clears this thread's message. */
 void sdpa_error_clear(void);
+
+/* Passes `message` to the log callback `log` (with `user`) when there is
+ * one; otherwise writes a warning as one line on stderr,
+ * "sdpa-jit: warning: <message>", and drops any other level. */
+void sdpa_log_emit(sdpa_log_fn log, void *user, sdpa_log_level level,
+                   const char *message);
 
 #endif /* SDPA_STATUS_H */

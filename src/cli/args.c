@@ -140,3 +140,27 @@ int cli_args_next(cli_args *args, const cli_option *options,
     return o->id;
   }
 }
+
+int cli_parse_simple(cli_args *args, const cli_option *options, const char *help,
+                     int *json, const char **positional, int max_positional) {
+  const char *value = NULL;
+  int id, seen = 0;
+  while ((id = cli_args_next(args, options, &value)) != CLI_ARG_END) {
+    switch (id) {
+    case CLI_ARG_HELP: fputs(help, stdout); return CLI_EXIT_OK;
+    case CLI_ARG_VERSION: printf("%s %s\n", CLI_PROGRAM, sdpa_version());
+      return CLI_EXIT_OK;
+    case CLI_ARG_ERROR: return CLI_EXIT_USAGE;
+    case CLI_ARG_POSITIONAL:
+      if (seen >= max_positional)
+        return cli_usage_error(args, "unexpected argument '%s'", value);
+      positional[seen++] = value;
+      break;
+    case CLI_OPT_JSON: *json = 1; break;
+    default: break;
+    }
+  }
+  if (seen < max_positional)
+    return cli_usage_error(args, "missing KEY (a hash, hash prefix or key)");
+  return -1;
+}

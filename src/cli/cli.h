@@ -85,6 +85,15 @@ void cli_globals_free(cli_globals *globals);
 int cli_usage_error(const cli_args *args, const char *fmt, ...)
     CLI_PRINTF(2, 3);
 
+/* Reads the options of a command that takes exactly `max_positional`
+ * plain arguments (into positional[]; a missing one is reported as KEY)
+ * and the `options` given: the option of id CLI_OPT_JSON sets *json (json
+ * may be NULL when options has none). Prints `help` for --help. Returns
+ * -1 to go on, else an exit code. */
+enum { CLI_OPT_JSON = 1 };
+int cli_parse_simple(cli_args *args, const cli_option *options, const char *help,
+                     int *json, const char **positional, int max_positional);
+
 /* --------------------------------------------------------------- session */
 
 /* Creates a runtime from the global options. On failure prints the
@@ -95,6 +104,10 @@ int cli_runtime_open(const cli_args *args, sdpa_runtime **out);
 /* Prints "sdpa-jit CMD: <what>: <sdpa_last_error() or the status name>"
  * on stderr and returns CLI_EXIT_FAILURE. */
 int cli_fail(const cli_args *args, sdpa_status status, const char *what);
+
+/* This thread's sdpa_last_error() text, or the status name when it is
+ * empty. */
+const char *cli_error_text(sdpa_status status);
 
 /* The cache location a runtime uses, for people: its path or "(memory)". */
 const char *cli_cache_location(const sdpa_runtime *runtime);

@@ -11,39 +11,9 @@
 #include "cli.h"
 #include "json.h"
 
-enum { OPT_JSON = 1 };
-
-static const cli_option json_options[] = {{"--json", NULL, 0, OPT_JSON},
+static const cli_option json_options[] = {{"--json", NULL, 0, CLI_OPT_JSON},
                                           {NULL, NULL, 0, 0}};
 static const cli_option no_options[] = {{NULL, NULL, 0, 0}};
-
-/* Reads the options of a command that takes at most `max_positional`
- * plain arguments and maybe --json. Prints `help` for --help. Returns -1
- * to go on, else an exit code. */
-static int parse_simple(cli_args *args, const cli_option *options,
-                        const char *help, int *json, const char **positional,
-                        int max_positional) {
-  const char *value = NULL;
-  int id, seen = 0;
-  while ((id = cli_args_next(args, options, &value)) != CLI_ARG_END) {
-    switch (id) {
-    case CLI_ARG_HELP: fputs(help, stdout); return CLI_EXIT_OK;
-    case CLI_ARG_VERSION: printf("%s %s\n", CLI_PROGRAM, sdpa_version());
-      return CLI_EXIT_OK;
-    case CLI_ARG_ERROR: return CLI_EXIT_USAGE;
-    case CLI_ARG_POSITIONAL:
-      if (seen >= max_positional)
-        return cli_usage_error(args, "unexpected argument '%s'", value);
-      positional[seen++] = value;
-      break;
-    case OPT_JSON: *json = 1; break;
-    default: break;
-    }
-  }
-  if (seen < max_positional)
-    return cli_usage_error(args, "missing KEY (a hash, hash prefix or key)");
-  return -1;
-}
 
 /* Writes one entry as a JSON object with every field. */
 static void entry_json(const sdpa_cache_entry *e, const char *cache) {
@@ -91,7 +61,7 @@ static const char ls_help[] =
 
 int cli_ls(cli_args *args) {
   int json = 0;
-  int rc = parse_simple(args, json_options, ls_help, &json, NULL, 0);
+  int rc = cli_parse_simple(args, json_options, ls_help, &json, NULL, 0);
   if (rc >= 0) return rc;
   sdpa_runtime *runtime = NULL;
   sdpa_cache_entry *entries = NULL;
@@ -151,7 +121,7 @@ static const char show_help[] =
 int cli_show(cli_args *args) {
   int json = 0;
   const char *key = NULL;
-  int rc = parse_simple(args, json_options, show_help, &json, &key, 1);
+  int rc = cli_parse_simple(args, json_options, show_help, &json, &key, 1);
   if (rc >= 0) return rc;
   sdpa_runtime *runtime = NULL;
   sdpa_cache_entry *e = NULL;
@@ -213,7 +183,7 @@ static const char stats_help[] =
 
 int cli_stats(cli_args *args) {
   int json = 0;
-  int rc = parse_simple(args, json_options, stats_help, &json, NULL, 0);
+  int rc = cli_parse_simple(args, json_options, stats_help, &json, NULL, 0);
   if (rc >= 0) return rc;
   sdpa_runtime *runtime = NULL;
   sdpa_cache_stats s;
@@ -268,7 +238,7 @@ static const char path_help[] =
 
 int cli_path(cli_args *args) {
   int json = 0;
-  int rc = parse_simple(args, no_options, path_help, &json, NULL, 0);
+  int rc = cli_parse_simple(args, no_options, path_help, &json, NULL, 0);
   if (rc >= 0) return rc;
   sdpa_runtime *runtime = NULL;
   if ((rc = cli_runtime_open(args, &runtime)) != CLI_EXIT_OK) return rc;

@@ -23,18 +23,10 @@ static const char verify_help[] =
 
 int cli_verify(cli_args *args) {
   static const cli_option options[] = {{NULL, NULL, 0, 0}};
-  const char *value = NULL;
-  int id;
-  while ((id = cli_args_next(args, options, &value)) != CLI_ARG_END) {
-    if (id == CLI_ARG_HELP) return fputs(verify_help, stdout), CLI_EXIT_OK;
-    if (id == CLI_ARG_VERSION)
-      return printf("%s %s\n", CLI_PROGRAM, sdpa_version()), CLI_EXIT_OK;
-    if (id == CLI_ARG_ERROR) return CLI_EXIT_USAGE;
-    if (id == CLI_ARG_POSITIONAL)
-      return cli_usage_error(args, "unexpected argument '%s'", value);
-  }
+  int rc = cli_parse_simple(args, options, verify_help, NULL, NULL, 0);
+  if (rc >= 0) return rc;
   sdpa_runtime *runtime = NULL;
-  int rc = cli_runtime_open(args, &runtime);
+  rc = cli_runtime_open(args, &runtime);
   if (rc != CLI_EXIT_OK) return rc;
   int64_t checked = 0, removed = 0;
   sdpa_status status = sdpa_cache_verify(runtime, &checked, &removed);

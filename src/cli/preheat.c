@@ -189,12 +189,6 @@ static size_t key_set_find_or_add(key_set *set, const cli_job *jobs,
   }
 }
 
-/* A copy of this thread's last error (the status name when empty). */
-static char *copy_error(sdpa_status status) {
-  const char *message = sdpa_last_error();
-  return strdup(message && *message ? message : sdpa_status_name(status));
-}
-
 /* Prints the JSON object of one record. */
 static void print_record_json(const record *r, const cli_job *jobs) {
   cli_json_object o;
@@ -253,7 +247,7 @@ static int build_jobs(preheat *run, sdpa_runtime *runtime,
     sdpa_bwd_plan *plan = NULL;
     r->status = sdpa_bwd_plan_create(&plan, runtime, &desc);
     if (r->status != SDPA_STATUS_SUCCESS) {
-      r->error = copy_error(r->status);
+      r->error = strdup(cli_error_text(r->status));
       if (r->status == SDPA_STATUS_NOT_SUPPORTED) {
         run->skipped++;
         fprintf(stderr, "skipped %s: %s\n", r->point,

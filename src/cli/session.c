@@ -9,9 +9,13 @@
  */
 #include "cli.h"
 
-int cli_fail(const cli_args *args, sdpa_status status, const char *what) {
+const char *cli_error_text(sdpa_status status) {
   const char *message = sdpa_last_error();
-  if (!message || !*message) message = sdpa_status_name(status);
+  return message && *message ? message : sdpa_status_name(status);
+}
+
+int cli_fail(const cli_args *args, sdpa_status status, const char *what) {
+  const char *message = cli_error_text(status);
   const char *command = args && args->command ? args->command : NULL;
   fprintf(stderr, "%s%s%s: %s: %s\n", CLI_PROGRAM, command ? " " : "",
           command ? command : "", what, message);

@@ -8,6 +8,7 @@
  * failure's message is copied in the thread that saw it. When no thread
  * can be started the caller's thread does the work.
  */
+#include "cli.h"
 #include "preheat.h"
 
 #include <pthread.h>
@@ -88,9 +89,7 @@ static void compile_job(cli_job *job) {
   job->status = sdpa_bwd_compile(job->plan, &job->source);
   job->ms = now_ms() - start;
   if (job->status != SDPA_STATUS_SUCCESS) {
-    const char *message = sdpa_last_error();
-    job->error = strdup(message && *message ? message
-                                            : sdpa_status_name(job->status));
+    job->error = strdup(cli_error_text(job->status));
   }
 }
 
