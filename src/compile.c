@@ -67,12 +67,12 @@ static sdpa_status obtain_cubin(sdpa_runtime *rt, const sdpa_bwd_plan *plan,
   *cubin = NULL;
   *size = 0;
   *log = NULL;
-  if (lookup && rt->cache &&
+  if (lookup &&
       sdpa_cache_lookup(rt->cache, key->hash, key->text, cubin, size,
                         source) == SDPA_STATUS_SUCCESS)
     return SDPA_STATUS_SUCCESS;
 
-  if (rt->cache) sdpa_cache_lock_key(rt->cache, key->hash, &lock);
+  sdpa_cache_lock_key(rt->cache, key->hash, &lock);
   /* Another process may have stored it while this one waited. */
   if (lookup && lock &&
       sdpa_cache_lookup(rt->cache, key->hash, key->text, cubin, size,
@@ -85,28 +85,26 @@ static sdpa_status obtain_cubin(sdpa_runtime *rt, const sdpa_bwd_plan *plan,
   if (status != SDPA_STATUS_SUCCESS) goto done;
   *source = SDPA_SOURCE_COMPILED;
 
-  if (rt->cache) {
-    const sdpa_key_fields *f = &plan->fields;
-    sdpa_cache_meta meta = {0};
-    meta.key_hash = key->hash;
-    meta.key_text = key->text;
-    meta.arch = f->arch;
-    meta.dtype = sdpa_dtype_key_name(f->dtype);
-    meta.head_dim = f->head_dim;
-    meta.head_dim_v = f->head_dim_v;
-    meta.q_tile = f->config.q_tile;
-    meta.kv_tile = f->config.kv_tile;
-    meta.warps = f->config.warps;
-    meta.stages = f->config.stages;
-    meta.mask = sdpa_mask_key_name(f->mask);
-    meta.layout = sdpa_layout_key_name(f->layout);
-    meta.nvrtc_version = sdpa_nvrtc_version();
-    meta.compile_ms = compile_ms;
-    meta.compile_log = *log;
-    /* A store that fails only costs the row (cache.c warns); the cubin is
-     * good and stays in memory. */
-    (void)sdpa_cache_store(rt->cache, &meta, *cubin, *size);
-  }
+  const sdpa_key_fields *f = &plan->fields;
+  sdpa_cache_meta meta = {0};
+  meta.key_hash = key->hash;
+  meta.key_text = key->text;
+  meta.arch = f->arch;
+  meta.dtype = sdpa_dtype_key_name(f->dtype);
+  meta.head_dim = f->head_dim;
+  meta.head_dim_v = f->head_dim_v;
+  meta.q_tile = f->config.q_tile;
+  meta.kv_tile = f->config.kv_tile;
+  meta.warps = f->config.warps;
+  meta.stages = f->config.stages;
+  meta.mask = sdpa_mask_key_name(f->mask);
+  meta.layout = sdpa_layout_key_name(f->layout);
+  meta.nvrtc_version = sdpa_nvrtc_version();
+  meta.compile_ms = compile_ms;
+  meta.compile_log = *log;
+  /* A store that fails only costs the row (cache.c warns); the cubin is
+   * good and stays in memory. */
+  (void)sdpa_cache_store(rt->cache, &meta, *cubin, *size);
 
 done:
   if (lock) sdpa_cache_unlock_key(lock);
@@ -172,7 +170,6 @@ static sdpa_status find_or_build_entry(sdpa_runtime *rt,
       memcpy(fresh->hash, key->hash, sizeof fresh->hash);
       fresh->cubin = cubin;
       fresh->cubin_size = size;
-      fresh->source = *source;
       cubin = NULL;
     }
   }
@@ -274,7 +271,6 @@ static sdpa_status load_module(const sdpa_driver *drv, CUcontext ctx,
                 "cuMemHostGetDevicePointer (the device error word)");
   m->ctx = ctx;
   m->module = module;
-  m->main_smem_bytes = smem_bytes;
   m->error_host = host;
   *out = m;
   m = NULL;
@@ -319,16 +315,16 @@ static sdpa_status module_for_context(sdpa_runtime *rt,
 
     /* The driver refused the image: drop the row and compile once more. */
     retried = 1;
+    pthread_mutex_unlock(&rt->lock); /* the log callback may call back in */
     sdpa_runtime_log(rt, SDPA_LOG_WARNING,
                      "the CUDA driver rejected the cubin of %s (%s); removing "
                      "it from the cache and compiling again",
                      plan->key.text, sdpa_last_error());
-    pthread_mutex_unlock(&rt->lock);
     void *cubin = NULL;
     size_t size = 0;
     char *log = NULL;
     sdpa_source fresh_source = SDPA_SOURCE_COMPILED;
-    if (rt->cache) sdpa_cache_remove(rt->cache, plan->key.hash);
+    sdpa_cache_remove(rt->cache, plan->key.hash);
     status = obtain_cubin(rt, plan, 0, &cubin, &size, &fresh_source, &log);
     if (status == SDPA_STATUS_SUCCESS) {
       retired = calloc(1, sizeof *retired);
@@ -348,7 +344,6 @@ static sdpa_status module_for_context(sdpa_runtime *rt,
     retired = NULL;
     entry->cubin = cubin;
     entry->cubin_size = size;
-    entry->source = fresh_source;
     if (log) {
       free(entry->compile_log);
       entry->compile_log = log;

@@ -53,8 +53,9 @@ static const config_row table[] = {
 /* Tuning knob: SDPA_JIT_TILES="q_tile,kv_tile,warps,stages" replaces the
  * table's choice (for every head_dim) when it fits. Tiles are key fields,
  * so such kernels get keys and cache rows of their own. */
-static sdpa_status config_from_env(const sdpa_bwd_desc *d, int limit,
+static sdpa_status config_from_env(const sdpa_bwd_desc *d, int limit_arch,
                                    sdpa_kernel_config *out, int *used) {
+  const int limit = sdpa_arch_smem_limit(limit_arch);
   const char *env = getenv("SDPA_JIT_TILES");
   *used = 0;
   if (!env || !*env) return SDPA_STATUS_SUCCESS;
@@ -73,7 +74,7 @@ static sdpa_status config_from_env(const sdpa_bwd_desc *d, int limit,
     return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
                           "SDPA_JIT_TILES = \"%s\" needs %d bytes of shared "
                           "memory at head_dim %d; sm_%d allows %d",
-                          env, c.smem_bytes, d->head_dim, d->arch, limit);
+                          env, c.smem_bytes, d->head_dim, limit_arch, limit);
   *out = c;
   *used = 1;
   return SDPA_STATUS_SUCCESS;
@@ -90,9 +91,10 @@ static int config_arch(const sdpa_bwd_desc *d) {
 }
 
 sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, sdpa_kernel_config *out) {
-  const int limit = sdpa_arch_smem_limit(config_arch(d));
+  const int limit_arch = config_arch(d);
+  const int limit = sdpa_arch_smem_limit(limit_arch);
   int from_env = 0;
-  sdpa_status st = config_from_env(d, limit, out, &from_env);
+  sdpa_status st = config_from_env(d, limit_arch, out, &from_env);
   if (st || from_env) return st;
   int smallest = 0;
   for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
@@ -111,7 +113,7 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, sdpa_kernel_config *out) 
                           "desc.head_dim = %d (head_dim_v %d) needs %d bytes of "
                           "shared memory per block at the smallest tiles; sm_%d "
                           "allows %d",
-                          d->head_dim, d->head_dim_v, smallest, d->arch, limit);
+                          d->head_dim, d->head_dim_v, smallest, limit_arch, limit);
   }
   return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
                         "desc.head_dim = %d is not supported: supported are 32, "

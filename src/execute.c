@@ -1,6 +1,6 @@
 /*
- * execute.c — binding a call's pointers, strides and token totals into the
- * launch parameter block and launching preprocess → main → dQ convert on
+ * execute.c — binding a call's pointers (and THD token totals) into the
+ * plan's launch parameter block and launching preprocess → main → dQ convert on
  * the caller's stream, in the current context.
  *
  * Execute never compiles: the plan's module must already be loaded in the
@@ -8,7 +8,6 @@
  * a host-memory read of the device error word and three cuLaunchKernel.
  */
 #include <stdint.h>
-#include <string.h>
 
 #include "instantiate.h"
 #include "runtime.h"
@@ -44,12 +43,10 @@ static sdpa_status check_call(const sdpa_bwd_plan *plan,
   const struct {
     const void *ptr;
     const char *name;
-  } ptrs[] = {{t->q, "q"},   {t->k, "k"},       {t->v, "v"},   {t->o, "o"},
-              {t->dout, "dout"}, {t->lse, "lse"}, {t->dq, "dq"}, {t->dk, "dk"},
-              {t->dv, "dv"}};
+  } ptrs[] = {{t->q, "q"},       {t->k, "k"},   {t->v, "v"},   {t->o, "o"},
+              {t->dout, "dout"}, {t->dq, "dq"}, {t->dk, "dk"}, {t->dv, "dv"}};
   for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; ++i)
-    if (i != 5 && (st = check_pointer(ptrs[i].ptr, ptrs[i].name)))
-      return st;
+    if ((st = check_pointer(ptrs[i].ptr, ptrs[i].name))) return st;
   if (!t->lse || !ALIGNED(t->lse, 4))
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "tensors.lse = %p must be a 4-byte aligned device "
@@ -122,13 +119,6 @@ static sdpa_status current_module(sdpa_bwd_plan *plan, const sdpa_driver **drv,
   return SDPA_STATUS_SUCCESS;
 }
 
-#define STRIDES(dst, src)                                                     \
-  do {                                                                        \
-    p.dst##_batch = d->src.batch;                                             \
-    p.dst##_seq = d->src.seq;                                                 \
-    p.dst##_head = d->src.head;                                               \
-  } while (0)
-
 sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
                              const sdpa_bwd_tensors *t, void *workspace,
                              size_t workspace_bytes, void *stream) {
@@ -143,9 +133,8 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
 
   const sdpa_bwd_desc *d = &plan->desc;
   const sdpa_kernel_config *c = &plan->fields.config;
-  const int thd = d->layout == SDPA_LAYOUT_THD;
-  sdpa_kernel_params p;
-  memset(&p, 0, sizeof p);
+  /* The plan holds everything but the call's pointers and THD totals. */
+  sdpa_kernel_params p = plan->params;
   p.q = t->q; p.k = t->k; p.v = t->v; p.o = t->o; p.dout = t->dout;
   p.lse = t->lse;
   p.dq = t->dq; p.dk = t->dk; p.dv = t->dv;
@@ -154,44 +143,20 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
   p.delta = (float *)(ws + plan->ws_delta);
   p.semaphores = d->deterministic ? (sdpa_i32 *)(ws + plan->ws_semaphores) : NULL;
   p.error_flag = (sdpa_i32 *)(uintptr_t)m->error_device;
-  p.cu_seqlens_q = thd ? t->cu_seqlens_q : NULL;
-  p.cu_seqlens_kv = thd ? t->cu_seqlens_kv : NULL;
-  STRIDES(q, q); STRIDES(k, k); STRIDES(v, v); STRIDES(o, o);
-  STRIDES(do, dout); STRIDES(dq, dq); STRIDES(dk, dk); STRIDES(dv, dv);
-  p.lse_batch = d->lse.batch;
-  p.lse_head = d->lse.head;
-  p.lse_seq = d->lse.seq;
-  if (thd && plan->lse_packed_default) p.lse_head = t->total_q;
-  p.rows_q = thd ? t->total_q : (int64_t)d->batch * d->seqlen_q;
-  p.rows_kv = thd ? t->total_kv : (int64_t)d->batch * d->seqlen_kv;
-  p.batch = d->batch;
-  p.heads_q = d->heads_q;
-  p.heads_kv = d->heads_kv;
-  p.group = d->heads_q / d->heads_kv;
-  p.seqlen_q = d->seqlen_q;
-  p.seqlen_kv = d->seqlen_kv;
-  p.q_tiles = (d->seqlen_q + c->q_tile - 1) / c->q_tile;
-  p.q_blocks = (d->seqlen_q + 15) / 16;
-  p.dq_blocks = thd ? p.rows_q / 16 + d->batch + 1 : (int64_t)d->batch * p.q_blocks;
-  p.window_left = d->mask == SDPA_MASK_SLIDING_WINDOW ? d->window_left : -1;
-  p.window_right = d->mask == SDPA_MASK_SLIDING_WINDOW ? d->window_right : -1;
-  p.scale = d->scale;
-  p.scale_log2 = d->scale * 1.4426950408889634f;
+  if (d->layout == SDPA_LAYOUT_THD) {
+    p.cu_seqlens_q = t->cu_seqlens_q;
+    p.cu_seqlens_kv = t->cu_seqlens_kv;
+    p.rows_q = t->total_q;
+    p.rows_kv = t->total_kv;
+    p.dq_blocks = sdpa_dq_blocks(d, p.rows_q);
+    if (plan->lse_packed_default) p.lse_head = t->total_q;
+  }
 
   CUstream s = (CUstream)stream;
   void *args[] = {&p};
-  const int64_t items = p.rows_q * p.heads_q;
-  const int64_t aux_blocks = (items + 7) / 8;
-  const int64_t kv_tiles = (d->seqlen_kv + c->kv_tile - 1) / c->kv_tile;
-  const int64_t main_x = kv_tiles * d->batch;
-  const int64_t convert_x = (int64_t)p.q_blocks * d->batch * d->heads_q;
-  int64_t largest = aux_blocks > main_x ? aux_blocks : main_x;
-  if (convert_x > largest) largest = convert_x;
-  if (largest > INT32_MAX || d->heads_kv > 65535)
-    return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
-                          "the launch grid is too large (%lld x %d blocks): "
-                          "split the batch",
-                          (long long)largest, d->heads_kv);
+  /* Grids: checked against the launch limits at the plan's bounds. */
+  const int64_t aux_blocks = (p.rows_q * p.heads_q + 7) / 8;
+  const int64_t main_x = plan->main_grid_x, convert_x = plan->convert_grid_x;
   if (aux_blocks > 0 || (d->deterministic && p.q_tiles > 0)) {
     unsigned blocks = aux_blocks > 0 ? (unsigned)aux_blocks : 1;
     SDPA_CU_CHECK(drv, drv->cuLaunchKernel(m->preprocess, blocks, 1, 1,

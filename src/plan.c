@@ -378,6 +378,65 @@ static int add_region(size_t *total, size_t *offset, const int64_t *factors,
   return __builtin_add_overflow(*total, align_up(bytes), total);
 }
 
+int64_t sdpa_dq_blocks(const sdpa_bwd_desc *d, int64_t rows_q) {
+  return d->layout == SDPA_LAYOUT_THD ? rows_q / 16 + d->batch + 1
+                                      : (int64_t)d->batch * ((d->seqlen_q + 15) / 16);
+}
+
+/* Fills the plan's kernel parameter block (all but the call's pointers
+ * and THD token totals) and launch grids; NOT_SUPPORTED when a grid
+ * exceeds the launch limits (x < 2^31, y < 2^16) at the plan's bounds. */
+static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
+  const sdpa_bwd_desc *d = &plan->desc;
+  const sdpa_kernel_config *c = &plan->fields.config;
+  sdpa_kernel_params *p = &plan->params;
+#define STRIDES(dst, src)                                                     \
+  do {                                                                        \
+    p->dst##_batch = d->src.batch;                                            \
+    p->dst##_seq = d->src.seq;                                                \
+    p->dst##_head = d->src.head;                                              \
+  } while (0)
+  STRIDES(q, q); STRIDES(k, k); STRIDES(v, v); STRIDES(o, o);
+  STRIDES(do, dout); STRIDES(dq, dq); STRIDES(dk, dk); STRIDES(dv, dv);
+#undef STRIDES
+  p->lse_batch = d->lse.batch;
+  p->lse_head = d->lse.head;
+  p->lse_seq = d->lse.seq;
+  p->rows_q = plan->rows_q;
+  p->rows_kv = plan->rows_kv;
+  p->dq_blocks = sdpa_dq_blocks(d, p->rows_q);
+  p->batch = d->batch;
+  p->heads_q = d->heads_q;
+  p->heads_kv = d->heads_kv;
+  p->group = d->heads_q / d->heads_kv;
+  p->seqlen_q = d->seqlen_q;
+  p->seqlen_kv = d->seqlen_kv;
+  p->q_tiles = (d->seqlen_q + c->q_tile - 1) / c->q_tile;
+  p->q_blocks = (d->seqlen_q + 15) / 16;
+  p->window_left = d->window_left; /* -1 unless a sliding window */
+  p->window_right = d->window_right;
+  p->scale = d->scale;
+  p->scale_log2 = d->scale * 1.4426950408889634f;
+
+  plan->main_grid_x = (int64_t)(d->seqlen_kv + c->kv_tile - 1) / c->kv_tile * d->batch;
+  plan->convert_grid_x = (int64_t)p->q_blocks * d->batch * d->heads_q;
+  const int64_t aux_x = (plan->rows_q * d->heads_q + 7) / 8; /* at most */
+  int64_t largest = plan->main_grid_x > plan->convert_grid_x ? plan->main_grid_x
+                                                             : plan->convert_grid_x;
+  if (aux_x > largest) largest = aux_x;
+  if (largest > INT32_MAX || d->heads_kv > 65535)
+    return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
+                          "desc.batch = %d, desc.heads_q = %d, desc.heads_kv = "
+                          "%d, desc.seqlen_q = %d, desc.seqlen_kv = %d and "
+                          "desc.max_total_q = %lld need a launch grid of %lld "
+                          "x %d blocks; at most %d x 65535 are possible: split "
+                          "the batch, the heads or the sequences",
+                          d->batch, d->heads_q, d->heads_kv, d->seqlen_q,
+                          d->seqlen_kv, (long long)d->max_total_q,
+                          (long long)largest, d->heads_kv, INT32_MAX);
+  return SDPA_STATUS_SUCCESS;
+}
+
 /* Sizes the workspace of a plan whose desc and config are resolved. */
 static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
@@ -388,11 +447,8 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
 
   size_t total = 0;
   int64_t q_tiles = (d->seqlen_q + (int64_t)c->q_tile - 1) / c->q_tile;
-  /* dq_accum: 16-row blocks, each sequence starting a block of its own
-   * (templates/sdpa_params.h): THD needs at most total/16 + batch + 1. */
-  int64_t dq_blocks = thd ? plan->rows_q / 16 + d->batch + 1
-                          : (int64_t)d->batch * ((d->seqlen_q + 15) / 16);
-  const int64_t dq_accum[] = {dq_blocks, 16, d->heads_q, d->head_dim, 4};
+  const int64_t dq_accum[] = {sdpa_dq_blocks(d, plan->rows_q), 16, d->heads_q,
+                               d->head_dim, 4};
   const int64_t delta[] = {plan->rows_q, d->heads_q, 4};
   const int64_t semaphores[] = {d->heads_q, d->batch, q_tiles, 4};
   const int64_t none[] = {0};
@@ -484,6 +540,7 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
             d->seqlen_kv % c->kv_tile == 0;
   if ((status = sdpa_key_build(f, &plan->key))) goto done;
   if ((status = size_workspace(plan))) goto done;
+  if ((status = plan_launch(plan))) goto done;
 
   if (pthread_mutex_init(&plan->lock, NULL) != 0) {
     status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "sdpa_jit.h"
+#include "../templates/sdpa_params.h"
 
 typedef struct sdpa_runtime sdpa_runtime;
 typedef struct sdpa_module_entry sdpa_module_entry;
@@ -59,6 +60,10 @@ struct sdpa_bwd_plan {
   int64_t rows_q, rows_kv; /* rows the workspace is sized for          */
   int lse_packed_default;  /* LSE strides were all zero: under THD the
                               head stride is the launch's total_q       */
+  /* The kernels' parameter block without the call's pointers (and, under
+   * THD, its token totals), and the main and convert grids (x). */
+  sdpa_kernel_params params;
+  int64_t main_grid_x, convert_grid_x;
 
   /* set by compile */
   pthread_mutex_t lock;
@@ -69,6 +74,11 @@ struct sdpa_bwd_plan {
   sdpa_source source;
   char *compile_log;
 };
+
+/* 16-row blocks of the dQ accumulator for `rows_q` query rows (layout in
+ * templates/sdpa_params.h): BSHD batch * ceil(seqlen_q / 16); THD
+ * rows_q / 16 + batch + 1, every sequence starting a block of its own. */
+int64_t sdpa_dq_blocks(const sdpa_bwd_desc *resolved, int64_t rows_q);
 
 /* Fills a resolved copy of `desc` and validates it; on failure returns the
  * status with a message naming the field. `arch` is the resolved arch. */

@@ -171,6 +171,28 @@ START_TEST(dims_overflow_offsets) {
 }
 END_TEST
 
+/* Every dimension valid, but the launch grids outgrow the hardware's
+ * limits: the plan says so (execute would fail on every call). */
+START_TEST(launch_grid_limits) {
+  sdpa_bwd_desc d = good();
+  d.heads_q = d.heads_kv = 1 << 16; /* grid y is at most 65535 */
+  REJECT(d, NOT_SUPPORTED, "desc.heads_kv = 65536", "launch grid");
+  d = good();
+  d.batch = 1 << 24;
+  d.seqlen_q = d.seqlen_kv = 4096;
+  d.heads_q = d.heads_kv = 64; /* convert grid: 256 blocks x 2^24 x 64 */
+  REJECT(d, NOT_SUPPORTED, "desc.batch = 16777216", "launch grid");
+  d.heads_q = d.heads_kv = 1; /* 256 x 2^24 = 2^32 blocks still */
+  REJECT(d, NOT_SUPPORTED, "desc.seqlen_q = 4096", "launch grid");
+  d.batch = 1 << 16; /* 2^24 blocks: fits */
+  sdpa_bwd_plan *plan = make(&d);
+  ck_assert_int_eq(plan->convert_grid_x, (int64_t)(4096 / 16) << 16);
+  ck_assert_int_eq(plan->main_grid_x,
+                   (int64_t)(4096 / plan->fields.config.kv_tile) << 16);
+  sdpa_bwd_plan_destroy(plan);
+}
+END_TEST
+
 START_TEST(strides_overflow) {
   const int64_t huge = INT64_MAX / 2 / 8 * 8;
   sdpa_bwd_desc d = good();
@@ -623,6 +645,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(tc, dims_above_limits);
   tcase_add_test(tc, dims_overflow_offsets);
   tcase_add_test(tc, strides_overflow);
+  tcase_add_test(tc, launch_grid_limits);
   tcase_add_test(tc, heads_not_multiple);
   tcase_add_test(tc, head_dim_unsupported);
   tcase_add_test(tc, head_dim_v_above_head_dim);
