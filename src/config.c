@@ -115,8 +115,24 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, sdpa_kernel_config *out) 
                           "allows %d",
                           d->head_dim, d->head_dim_v, smallest, limit_arch, limit);
   }
-  return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
-                        "desc.head_dim = %d is not supported: supported are 32, "
-                        "64, 96, 128, 192, 256",
-                        d->head_dim);
+  /* Unreachable: plan.c admits only the table's head dims. */
+  return sdpa_error_set(SDPA_STATUS_INTERNAL,
+                        "no kernel configuration for head_dim %d", d->head_dim);
+}
+
+int sdpa_config_supports_head_dim(int head_dim) {
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)
+    if (table[i].head_dim == head_dim) return 1;
+  return 0;
+}
+
+const char *sdpa_config_head_dim_list(char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < sizeof table / sizeof table[0] && used < size; ++i) {
+    int n = snprintf(buf + used, size - used, "%s%d", i ? ", " : "", table[i].head_dim);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+  return buf;
 }

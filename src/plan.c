@@ -34,14 +34,6 @@
 #define STRIDE_MULTIPLE 8 /* elements: 16-byte vector loads of fp16/bf16 */
 #define WORKSPACE_ALIGN 256
 
-static const int head_dims[] = {32, 64, 96, 128, 192, 256};
-#define HEAD_DIM_LIST "32, 64, 96, 128, 192, 256"
-
-static int head_dim_supported(int d) {
-  for (size_t i = 0; i < sizeof head_dims / sizeof head_dims[0]; i++)
-    if (head_dims[i] == d) return 1;
-  return 0;
-}
 
 /* Checks one dimension: 1 <= value <= limit. */
 static sdpa_status check_dim(const char *field, int value, int limit) {
@@ -273,17 +265,17 @@ static sdpa_status resolve_desc(const sdpa_bwd_desc *desc, int arch,
                           "heads (GQA/MQA)",
                           d.heads_q, d.heads_kv);
 
-  if (!head_dim_supported(d.head_dim))
+  char dims[64];
+  if (!sdpa_config_supports_head_dim(d.head_dim))
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
-                          "desc.head_dim = %d is not supported: supported are "
-                          HEAD_DIM_LIST,
-                          d.head_dim);
+                          "desc.head_dim = %d is not supported: supported are %s",
+                          d.head_dim, sdpa_config_head_dim_list(dims, sizeof dims));
   if (d.head_dim_v == 0) d.head_dim_v = d.head_dim;
-  if (!head_dim_supported(d.head_dim_v))
+  if (!sdpa_config_supports_head_dim(d.head_dim_v))
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "desc.head_dim_v = %d is not supported: supported "
-                          "are " HEAD_DIM_LIST " (and 0 for head_dim)",
-                          d.head_dim_v);
+                          "are %s (and 0 for head_dim)",
+                          d.head_dim_v, sdpa_config_head_dim_list(dims, sizeof dims));
   if (d.head_dim_v > d.head_dim)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "desc.head_dim_v = %d is larger than desc.head_dim "
@@ -511,16 +503,6 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   if ((status = sdpa_config_select(&plan->desc, &plan->fields.config)))
     goto done;
   const sdpa_kernel_config *c = &plan->fields.config;
-  if (c->q_tile < 1 || c->kv_tile < 1 || c->warps < 1 || c->stages < 1 ||
-      c->smem_bytes < 0) {
-    status = sdpa_error_set(SDPA_STATUS_INTERNAL,
-                            "the kernel configuration for this descriptor is "
-                            "invalid (q_tile %d, kv_tile %d, warps %d, stages "
-                            "%d, smem %d)",
-                            c->q_tile, c->kv_tile, c->warps, c->stages,
-                            c->smem_bytes);
-    goto done;
-  }
 
   const sdpa_bwd_desc *d = &plan->desc;
   sdpa_key_fields *f = &plan->fields;
