@@ -316,7 +316,7 @@ typedef struct sdpa_bwd_tensors {
   {SDPA_BWD_TENSORS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,  \
    NULL, NULL, NULL, 0, 0}
 
-/* Launches preprocess → main → dQ convert on `stream` (a CUstream, or NULL)
+/* Launches preprocess → main (→ dQ convert) on `stream` (a CUstream, or NULL)
  * in the current context. Binds pointers, strides and token totals; never
  * compiles (returns SDPA_STATUS_NOT_COMPILED when the plan's module is not
  * loaded in this context: call sdpa_bwd_compile first). `workspace` is

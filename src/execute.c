@@ -1,11 +1,13 @@
 /*
  * execute.c — binding a call's pointers (and THD token totals) into the
- * plan's launch parameter block and launching preprocess → main → dQ convert on
- * the caller's stream, in the current context.
+ * plan's launch parameter block and launching preprocess → main (→ dQ
+ * convert, unless the plan has main write dQ: plan.c) on the caller's
+ * stream, in the current context.
  *
  * Execute never compiles: the plan's module must already be loaded in the
  * current context (sdpa_bwd_compile). The hot path is one cuCtxGetCurrent,
- * a host-memory read of the device error word and three cuLaunchKernel.
+ * a host-memory read of the device error word and two or three
+ * cuLaunchKernel.
  */
 #include <stdint.h>
 
@@ -141,7 +143,9 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
   unsigned char *ws = workspace;
   p.dq_accum = (float *)(ws + plan->ws_dq_accum);
   p.delta = (float *)(ws + plan->ws_delta);
-  p.semaphores = d->deterministic ? (sdpa_i32 *)(ws + plan->ws_semaphores) : NULL;
+  const int fold_dq = plan->fields.fold_dq;
+  p.semaphores = fold_dq || d->deterministic ? (sdpa_i32 *)(ws + plan->ws_semaphores)
+                                             : NULL;
   p.error_flag = (sdpa_i32 *)(uintptr_t)m->error_device;
   if (d->layout == SDPA_LAYOUT_THD) {
     p.cu_seqlens_q = t->cu_seqlens_q;
@@ -157,7 +161,7 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
   /* Grids: checked against the launch limits at the plan's bounds. */
   const int64_t aux_blocks = (p.rows_q * p.heads_q + 7) / 8;
   const int64_t main_x = plan->main_grid_x, convert_x = plan->convert_grid_x;
-  if (aux_blocks > 0 || (d->deterministic && p.q_tiles > 0)) {
+  if (aux_blocks > 0 || p.semaphores) { /* zeroes what main counts on */
     unsigned blocks = aux_blocks > 0 ? (unsigned)aux_blocks : 1;
     SDPA_CU_CHECK(drv, drv->cuLaunchKernel(m->preprocess, blocks, 1, 1,
                                            SDPA_AUX_THREADS, 1, 1, 0, s, args, NULL),
@@ -169,7 +173,7 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
                                            32u * (unsigned)c->warps, 1, 1,
                                            (unsigned)c->smem_bytes, s, args, NULL),
                   "launching sdpa_bwd_main");
-  if (aux_blocks > 0 && convert_x > 0)
+  if (!fold_dq && aux_blocks > 0 && convert_x > 0)
     SDPA_CU_CHECK(drv, drv->cuLaunchKernel(m->convert, (unsigned)convert_x, 1, 1,
                                            SDPA_AUX_THREADS, 1, 1, 0, s, args, NULL),
                   "launching sdpa_bwd_convert_dq");

@@ -28,12 +28,13 @@ sdpa_status sdpa_instantiate_source(const sdpa_key_fields *f, char **out) {
                    "#define SDPA_MASK %d\n"
                    "#define SDPA_DETERMINISTIC %d\n"
                    "#define SDPA_EVEN %d\n"
+                   "#define SDPA_FOLD_DQ %d\n"
                    "#include \"sdpa_bwd.cuh\"\n",
                    f->dtype == SDPA_DTYPE_FP16 ? 1 : 2, f->head_dim,
                    f->head_dim_v, f->config.q_tile, f->config.kv_tile,
                    f->config.warps, f->config.stages, f->lse_packed ? 1 : 0,
                    f->layout == SDPA_LAYOUT_THD ? 2 : 1, (int)f->mask,
-                   f->deterministic ? 1 : 0, f->even ? 1 : 0);
+                   f->deterministic ? 1 : 0, f->even ? 1 : 0, f->fold_dq ? 1 : 0);
   if (n < 0)
     return sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
                           "out of memory building the kernel source");

@@ -92,13 +92,14 @@ static int key_text(const sdpa_key_fields *fields, char *out, size_t size) {
   const sdpa_kernel_config *c = &fields->config;
   return snprintf(out, size,
                   "sdpa_bwd;arch=%d;dtype=%s;hd=%d;hdv=%d;qt=%d;kvt=%d;"
-                  "warps=%d;stages=%d;lse=%s;layout=%s;mask=%s;det=%d;even=%d",
+                  "warps=%d;stages=%d;lse=%s;layout=%s;mask=%s;det=%d;even=%d;"
+                  "dq=%s",
                   fields->arch, sdpa_dtype_key_name(fields->dtype),
                   fields->head_dim, fields->head_dim_v, c->q_tile, c->kv_tile,
                   c->warps, c->stages, fields->lse_packed ? "packed" : "strided",
                   sdpa_layout_key_name(fields->layout),
                   sdpa_mask_key_name(fields->mask), fields->deterministic ? 1 : 0,
-                  fields->even ? 1 : 0);
+                  fields->even ? 1 : 0, fields->fold_dq ? "main" : "convert");
 }
 
 /* Builds key->text and key->hash from `fields` (key.h). Fails with

@@ -2,11 +2,14 @@
  * key.h — the specialization key: canonical text and its hash.
  *
  * Text: "sdpa_bwd;arch=90;dtype=bf16;hd=128;hdv=128;qt=64;kvt=128;warps=8;
- * stages=2;lse=packed;layout=bshd;mask=none;det=0;even=1" — every field
+ * stages=2;lse=packed;layout=bshd;mask=none;det=0;even=1;dq=convert" — every field
  * that selects code, nothing machine-local. Hash: XXH3-128 over the text,
  * every embedded template byte (names and contents, in order), the NVRTC
  * version, the compile options and the runtime version, as 32 hex digits.
- * Batch, heads, lengths, token totals and non-LSE strides never enter it.
+ * Batch, heads, lengths, token totals and non-LSE strides enter it only
+ * through "even" (BSHD lengths multiples of the tiles) and "dq" (who
+ * writes dQ: the main kernel up to 4 MiB of dQ accumulator, else a
+ * convert kernel).
  */
 #ifndef SDPA_KEY_H
 #define SDPA_KEY_H

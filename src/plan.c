@@ -13,8 +13,21 @@
  *
  * sdpa_bwd_plan_create then asks config.c for tiles, builds the key
  * (key.c) and carves the workspace: the fp32 dQ accumulator, Delta (one
- * float per query row and head) and, in deterministic mode, one int32
- * semaphore per (head, sequence, query tile), each region 256-byte aligned.
+ * float per query row and head) and, when the main kernel writes dQ itself
+ * or in deterministic mode, one int32 counter per (head, sequence, query
+ * tile), each region 256-byte aligned.
+ *
+ * Who writes dQ (a key field: "dq=main" or "dq=convert"): for a small
+ * accumulator (FOLD_DQ_MAX_BYTES) the main kernel converts each query
+ * tile once its last kv tile is done with it, saving the convert kernel's
+ * launch (host time, and a gap on the GPU); larger problems launch the
+ * convert kernel, which converts at full memory bandwidth where the main
+ * kernel's CTAs would do it latency-bound at their ends (measured 3-4%
+ * slower on the whole backward at hd 128, a 128 MiB accumulator). It is a
+ * key field rather than a run-time flag because any hand-off code in the
+ * main kernel changed the register allocation of its loop (1.5-2% either
+ * way). SDPA_JIT_DQ_CONVERT=main|convert overrides the choice (testing
+ * both paths on any problem).
  */
 #include "plan.h"
 
@@ -375,6 +388,27 @@ int64_t sdpa_dq_blocks(const sdpa_bwd_desc *d, int64_t rows_q) {
                                       : (int64_t)d->batch * ((d->seqlen_q + 15) / 16);
 }
 
+/* The main kernel writes dQ when the accumulator is at most this big
+ * (estimated break-even of the two ways; see the file comment). */
+#define FOLD_DQ_MAX_BYTES ((size_t)4 << 20)
+
+/* Whether the main kernel writes dQ itself (the key field fold_dq). */
+static sdpa_status choose_dq_writer(sdpa_bwd_plan *plan, size_t dq_accum_bytes) {
+  const char *env = getenv("SDPA_JIT_DQ_CONVERT");
+  if (!env || !*env) {
+    plan->fields.fold_dq = dq_accum_bytes <= FOLD_DQ_MAX_BYTES;
+  } else if (!strcmp(env, "main") || !strcmp(env, "convert")) {
+    plan->fields.fold_dq = !strcmp(env, "main");
+  } else {
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "SDPA_JIT_DQ_CONVERT = \"%s\" is not valid: expected "
+                          "\"main\" (the main kernel writes dQ), \"convert\" "
+                          "(a convert kernel does) or unset (by size)",
+                          env);
+  }
+  return SDPA_STATUS_SUCCESS;
+}
+
 /* Fills the plan's kernel parameter block (all but the call's pointers
  * and THD token totals) and launch grids; NOT_SUPPORTED when a grid
  * exceeds the launch limits (x < 2^31, y < 2^16) at the plan's bounds. */
@@ -429,7 +463,16 @@ static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
   return SDPA_STATUS_SUCCESS;
 }
 
-/* Sizes the workspace of a plan whose desc and config are resolved. */
+static sdpa_status workspace_overflow(const sdpa_bwd_plan *plan) {
+  return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                        "the workspace for %lld query rows x %d heads x "
+                        "head_dim %d does not fit in size_t",
+                        (long long)plan->rows_q, plan->desc.heads_q,
+                        plan->desc.head_dim);
+}
+
+/* Sizes the workspace of a plan whose desc and config are resolved, and
+ * chooses who writes dQ (that decides whether the counters are needed). */
 static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
   const sdpa_kernel_config *c = &plan->fields.config;
@@ -444,15 +487,15 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const int64_t delta[] = {plan->rows_q, d->heads_q, 4};
   const int64_t semaphores[] = {d->heads_q, d->batch, q_tiles, 4};
   const int64_t none[] = {0};
+  sdpa_status status;
   if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||
-      add_region(&total, &plan->ws_delta, delta, 3) ||
-      (d->deterministic
-           ? add_region(&total, &plan->ws_semaphores, semaphores, 4)
-           : add_region(&total, &plan->ws_semaphores, none, 1)))
-    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
-                          "the workspace for %lld query rows x %d heads x "
-                          "head_dim %d does not fit in size_t",
-                          (long long)plan->rows_q, d->heads_q, d->head_dim);
+      add_region(&total, &plan->ws_delta, delta, 3))
+    return workspace_overflow(plan);
+  if ((status = choose_dq_writer(plan, plan->ws_delta - plan->ws_dq_accum))) return status;
+  if (plan->fields.fold_dq || d->deterministic
+          ? add_region(&total, &plan->ws_semaphores, semaphores, 4)
+          : add_region(&total, &plan->ws_semaphores, none, 1))
+    return workspace_overflow(plan);
   plan->workspace_bytes = total;
   return SDPA_STATUS_SUCCESS;
 }
@@ -520,8 +563,8 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   f->deterministic = d->deterministic;
   f->even = d->layout == SDPA_LAYOUT_BSHD && d->seqlen_q % c->q_tile == 0 &&
             d->seqlen_kv % c->kv_tile == 0;
+  if ((status = size_workspace(plan))) goto done; /* also sets f->fold_dq */
   if ((status = sdpa_key_build(f, &plan->key))) goto done;
-  if ((status = size_workspace(plan))) goto done;
   if ((status = plan_launch(plan))) goto done;
 
   if (pthread_mutex_init(&plan->lock, NULL) != 0) {

@@ -40,6 +40,7 @@ typedef struct sdpa_key_fields {
   sdpa_mask mask;
   int deterministic;
   int even;            /* BSHD, seqlens multiples of the tiles   */
+  int fold_dq;         /* main writes dQ (no convert kernel)     */
 } sdpa_key_fields;
 
 /* Text and hash of a key. */

@@ -1,10 +1,10 @@
 /*
  * sdpa_bwd.cuh - flash-attention backward for sm_80 and later (mma.sync),
- * KV-stationary. Three kernels make one backward:
+ * KV-stationary. Two or three kernels make one backward:
  *
  *   sdpa_bwd_preprocess  Delta[h, row] = sum_d dO*O; zero the fp32 dQ
- *                        accumulator (and the semaphores when
- *                        deterministic).
+ *                        accumulator (and the query tiles' counters when
+ *                        main writes dQ or in deterministic mode).
  *   sdpa_bwd_main        one CTA per (kv tile, kv head, batch/sequence):
  *                        K, V tile resident in shared memory, dK, dV in
  *                        registers; for every query head of the kv head's
@@ -16,18 +16,32 @@
  *                          dQacc += dS K                   (warps split MxD;
  *                                 fp32 vector reductions, fragment order)
  *                        epilogue dK *= scale, write dK, dV.
- *   sdpa_bwd_convert_dq  dQ = dtype(dQacc * scale).
+ *                        With SDPA_FOLD_DQ (small problems: one launch
+ *                        less) main also writes dQ: every CTA counts itself into
+ *                        the counter of each query tile it reduced into;
+ *                        the one that completes the count (kv_visitors)
+ *                        writes dQ = dtype(dQacc * scale) for the tile
+ *                        after its loop; tiles no kv tile sees get dQ = 0
+ *                        from kv tile 0's CTA.
+ *   sdpa_bwd_convert_dq  otherwise: dQ = dtype(dQacc * scale), at full
+ *                        memory bandwidth (in-kernel conversions run at
+ *                        the CTAs' ends, latency-bound: 3-4% slower at
+ *                        hd 128, 4k-16k tokens). Compiled in every
+ *                        module, launched only without SDPA_FOLD_DQ.
  *
  * Parameters (the translation unit #defines them; each is a key field):
  *   SDPA_DTYPE 1 fp16 | 2 bf16;  SDPA_HEAD_DIM, SDPA_HEAD_DIM_V;
  *   SDPA_Q_TILE (M), SDPA_KV_TILE (N), SDPA_WARPS, SDPA_STAGES (1|2);
  *   SDPA_LSE_PACKED (LSE seq stride 1); SDPA_LAYOUT 1 BSHD | 2 THD;
  *   SDPA_MASK 0 none | 1 causal top-left | 2 causal bottom-right | 3 window;
- *   SDPA_DETERMINISTIC; SDPA_EVEN (BSHD, lengths multiples of M and N).
+ *   SDPA_DETERMINISTIC; SDPA_EVEN (BSHD, lengths multiples of M and N);
+ *   SDPA_FOLD_DQ (main writes dQ; no convert launch).
  *
  * Launch contract (execute.c):
- *   preprocess: grid ceil(rows_q*heads_q / 8), block 256, no smem.
- *   convert: grid q_blocks * batch * heads_q, block 256, no smem.
+ *   preprocess: grid ceil(rows_q*heads_q / 8) (at least 1), block 256,
+ *               no smem; before main, which needs its zeroes and Delta.
+ *   convert (unless SDPA_FOLD_DQ): grid q_blocks * batch * heads_q, block
+ *               256, no smem.
  *   main: grid (ceil(seqlen_kv / N) * batch, heads_kv), block 32*SDPA_WARPS,
  *         (no mask: x = b * kv_tiles + j, y = kv head; masked: the flat
  *         block index runs (sequence, kv head) fastest, kv tile slowest),
@@ -39,7 +53,8 @@
  * (left < 0 || k >= i+off-left), with off = 0 (top-left) or skv - sq; tile
  * pairs that see nothing are skipped, tiles fully visible and in bounds are
  * not masked element-wise. Deterministic mode orders the dQ atomics of the
- * kv tiles visiting one query tile by kv-tile index with a semaphore.
+ * kv tiles visiting one query tile by kv-tile index with the tile's
+ * counter as a semaphore; the last in that order converts.
  */
 #include "sdpa_params.h"
 #include "sdpa_mma.cuh"
@@ -222,21 +237,22 @@ SDPA_DEVICE sdpa_i64 dq_block_base(const sdpa_kernel_params &p, int b, sdpa_i64 
 
 /* ------------------------------------------------------------ preprocess */
 
-/* Zeroes dQacc (a grid-stride sweep over its dq_blocks); then one warp per
- * (row, head): Delta = sum(dO * O) over DV. */
+/* Zeroes dQacc (a grid-stride sweep over its dq_blocks) and the query
+ * tiles' counters (when used); then one warp per (row, head): Delta = sum(dO * O)
+ * over DV. */
 extern "C" __global__ void __launch_bounds__(256)
 sdpa_bwd_preprocess(const sdpa_kernel_params p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (SDPA_DETERMINISTIC && blockIdx.x == 0) {
-    const int n = p.heads_q * p.batch * p.q_tiles;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) p.semaphores[i] = 0;
-  }
   {
+    const sdpa_i64 stride = (sdpa_i64)gridDim.x * blockDim.x;
+    const sdpa_i64 first = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x;
     float4 *acc = (float4 *)p.dq_accum;
     const sdpa_i64 n = p.dq_blocks * p.heads_q * (D * 4); /* 16 x D floats a block */
-    const sdpa_i64 stride = (sdpa_i64)gridDim.x * blockDim.x;
-    for (sdpa_i64 i = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-      acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (sdpa_i64 i = first; i < n; i += stride) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (SDPA_FOLD_DQ || SDPA_DETERMINISTIC) {
+      const sdpa_i64 tiles = (sdpa_i64)p.heads_q * p.batch * p.q_tiles;
+      for (sdpa_i64 i = first; i < tiles; i += stride) p.semaphores[i] = 0;
+    }
   }
   const sdpa_i64 item = (sdpa_i64)blockIdx.x * 8 + warp;
   if (item >= p.rows_q * p.heads_q) return;
@@ -307,6 +323,149 @@ sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
   }
 }
 
+/* ------------------------------------------------------------ dQ hand-off */
+
+/* The kv tiles that see query tile `it` of a sequence (rows [it*M,
+ * min(it*M + M, sq))): `count` of them, from kv tile `first` on. The same
+ * predicate as the main kernel's query-tile range of a kv tile (some row
+ * of the one sees some key of the other), so it counts exactly the CTAs
+ * that reduce into the tile. */
+SDPA_DEVICE int kv_visitors(const Band &band, int it, int sq, int skv, int &first) {
+  const int i0 = it * M, i_last = min(i0 + M, sq) - 1;
+  int kmin = 0, kmax = skv - 1;
+  if (band.left >= 0) kmin = max(kmin, i0 + band.off - band.left);
+  if (band.right >= 0) kmax = min(kmax, i_last + band.off + band.right);
+  first = kmin / N;
+  return kmin <= kmax ? kmax / N - kmin / N + 1 : 0;
+}
+
+/* What the dQ hand-off needs of the parameter block and of one main-kernel
+ * CTA (sequence b, kv tile j, kv head hk), gathered so that it can be
+ * passed to an out-of-line function. */
+struct Handoff {
+  float *dq_accum;
+  u16 *dq;         /* dq of sequence b, head 0                          */
+  sdpa_i32 *counters;
+  sdpa_i64 dq_seq, dq_head, blk0, blk_elems;
+  int heads_q, group, q_tiles, batch;
+  float scale;
+  int b, j, hk, sq, skv, it_lo, it_hi, steps;
+  Band band;
+};
+
+/* Query rows of query tile `it`, head h: dq = dtype(dQacc * scale). Reads
+ * the tile's fragment-ordered 16-row blocks from L2 (.cg: other CTAs'
+ * reductions, not this SM's L1) with up to 8 units a thread in flight;
+ * rows >= sq are skipped. Every reduction into the tile is visible. */
+SDPA_DEVICE void convert_tile(const Handoff &o, int h, int it) {
+  constexpr int UNITS = M * D / 4; /* float4 pieces: 32 per 16 x 8 piece */
+  static_assert(UNITS % NT == 0, "dQ tile pieces must split over the block");
+  constexpr int PER = UNITS / NT;
+  /* Units whose loads are in flight together (32 floats a thread: this
+   * runs after the main loop, when registers are free). */
+  constexpr int CHUNK = PER % 8 == 0 ? 8 : PER % 4 == 0 ? 4 : PER % 2 == 0 ? 2 : 1;
+  const int i0 = it * M;
+  const float *src = o.dq_accum + (o.blk0 + i0 / 16) * o.blk_elems + (sdpa_i64)h * (D * 16);
+  u16 *dq = o.dq + (sdpa_i64)h * o.dq_head;
+#pragma unroll 1
+  for (int c0 = 0; c0 < PER; c0 += CHUNK) {
+    float v[CHUNK][4];
+#pragma unroll
+    for (int u = 0; u < CHUNK; ++u) {
+      const int unit = (c0 + u) * NT + threadIdx.x;
+      const int mb = unit / (D * 4), piece = (unit % (D * 4)) >> 5, lane = unit & 31;
+      const float *at = src + mb * o.blk_elems + piece * 128;
+      if (SDPA_EVEN || i0 + mb * 16 < o.sq) {
+#if __CUDA_ARCH__ >= 900
+        asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                     : "=f"(v[u][0]), "=f"(v[u][1]), "=f"(v[u][2]), "=f"(v[u][3])
+                     : "l"(at + lane * 4));
+#else
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v[u][e]) : "l"(at + frag_at(lane, e)));
+#endif
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < CHUNK; ++u) {
+      const int unit = (c0 + u) * NT + threadIdx.x;
+      const int mb = unit / (D * 4), piece = (unit % (D * 4)) >> 5, lane = unit & 31;
+      const int col = piece * 8 + 2 * (lane & 3);
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int row = i0 + mb * 16 + (lane >> 2) + 8 * hf;
+        if (SDPA_EVEN || row < o.sq)
+          *(u32 *)(dq + (sdpa_i64)row * o.dq_seq + col) =
+              pack2<DT>(v[u][2 * hf] * o.scale, v[u][2 * hf + 1] * o.scale);
+      }
+    }
+  }
+}
+
+/* Release of one CTA's reductions into a query tile: adds 1 to the tile's
+ * counter as a gpu-scope release (a barrier before it ordered every
+ * thread's reductions); returns the count before. */
+SDPA_DEVICE int arrive(sdpa_i32 *counter) {
+  int old;
+  asm volatile("atom.release.gpu.global.add.s32 %0, [%1], 1;"
+               : "=r"(old) : "l"(counter) : "memory");
+  return old;
+}
+
+SDPA_DEVICE void acquire_fence() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
+/* The main kernel's end when it writes dQ (SDPA_FOLD_DQ). Kv tile 0's CTA
+ * (one exists for every sequence) writes dq = 0 into the query tiles no
+ * kv tile sees. Then the CTA counts itself into the counter of every
+ * query tile it reduced into and converts the tiles whose count it
+ * completed (deterministic mode: those it is the last visitor of, in
+ * kv-tile order, its semaphore chain having ordered the others); the
+ * step list lives in P's shared memory, free by now. The caller has
+ * passed a barrier after its last reductions and has nothing left to do.
+ * Out of line, so that it does not weigh on the loop's registers. */
+__device__ __noinline__ void fold_dq_end(const Handoff o, unsigned char *smem) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int first;
+  if (o.j == 0)
+    for (int it = warp; it * M < o.sq; it += NW) {
+      if (kv_visitors(o.band, it, o.sq, o.skv, first) > 0) continue;
+      const int rows = min(M, o.sq - it * M);
+      for (int h = o.hk * o.group; h < (o.hk + 1) * o.group; ++h)
+        for (int c = lane; c < rows * (D / 2); c += 32) {
+          const int r = c / (D / 2), k = (c - r * (D / 2)) * 2;
+          *(u32 *)(o.dq + h * o.dq_head + (sdpa_i64)(it * M + r) * o.dq_seq + k) = 0u;
+        }
+    }
+  static_assert(M * LD_N * 2 >= (NT + 1) * 4, "the step list fits in P's space");
+  int *list = (int *)(smem + SMEM_P); /* [0] count, then steps */
+  const int span = o.it_hi - o.it_lo + 1;
+  for (int base = 0; base < o.steps; base += NT) {
+    if (threadIdx.x == 0) list[0] = 0;
+    __syncthreads();
+    const int s = base + threadIdx.x;
+    if (s < o.steps) {
+      const int sh = o.hk * o.group + s / span, sit = o.it_lo + s % span;
+      const int visitors = kv_visitors(o.band, sit, o.sq, o.skv, first);
+#if SDPA_DETERMINISTIC
+      const bool mine = o.j == first + visitors - 1;
+#else
+      sdpa_i32 *counter = o.counters + ((sdpa_i64)sh * o.batch + o.b) * o.q_tiles + sit;
+      const bool mine = arrive(counter) + 1 == visitors;
+      if (mine) acquire_fence(); /* the other visitors' reductions */
+#endif
+      if (mine) list[1 + atomicAdd(&list[0], 1)] = s;
+    }
+    __syncthreads();
+    const int n = list[0];
+    for (int k = 0; k < n; ++k) {
+      const int s2 = list[1 + k];
+      convert_tile(o, o.hk * o.group + s2 / span, o.it_lo + s2 % span);
+    }
+    __syncthreads();
+  }
+}
+
 /* ------------------------------------------------------------------ main */
 
 /* Copies a [ROWS x COLS] tile (global row stride `stride` elements) into
@@ -346,15 +505,41 @@ SDPA_DEVICE void copy_tile(u32 s, const u16 *g, sdpa_i64 stride, int valid) {
   }
 }
 
+/* Scores outside each row's visible columns [cmin, cmax] (band, sequence
+ * ends) become -inf, so that their P is exactly 0. Only tiles that need
+ * element-wise masking run this; the softmax below has one path for all
+ * tiles (two copies of it made the compiler rematerialize shared-memory
+ * addresses in every step: ~10% more instructions under a mask). */
+SDPA_DEVICE void mask_tile(float (&acc_s)[S_TM / 16][S_TN / 8][4], int s_m, int s_n,
+                           int g, int t, const Band &band, int i0, int k0, int sq,
+                           int skv) {
+#pragma unroll
+  for (int mi = 0; mi < S_TM / 16; ++mi)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int i = i0 + s_m + mi * 16 + g + hf * 8;
+      int cmin = 0, cmax = min(N, skv - k0) - 1;
+      if (!SDPA_EVEN && i >= sq) cmax = -1;
+      if (band.right >= 0) cmax = min(cmax, i + band.off + band.right - k0);
+      if (band.left >= 0) cmin = max(cmin, i + band.off - band.left - k0);
+#pragma unroll
+      for (int nj = 0; nj < S_TN / 8; ++nj)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = s_n + nj * 8 + 2 * t + e;
+          if (c < cmin || c > cmax) acc_s[mi][nj][hf * 2 + e] = __int_as_float(0xff800000);
+        }
+    }
+  (void)band; (void)sq;
+}
+
 /* P = exp2(S * scale_log2 - LSE * log2e) for a warp's S tile, to shared
- * memory and packed into p_pk. MASKED: columns outside each row's visible
- * range [cmin, cmax] (band, sequence ends) get P = 0; unmasked tiles skip
- * the compares. A row whose LSE is -inf sees no key: P = 0. */
-template <bool MASKED>
+ * memory and packed into p_pk. A row whose LSE is -inf sees no key: its
+ * LSE is taken as +inf, so P = 0 (and a -inf score never meets a -inf
+ * LSE: no NaN). */
 SDPA_DEVICE void softmax_tile(const float (&acc_s)[S_TM / 16][S_TN / 8][4],
                               u32 (&p_pk)[S_TM / 16][2][S_TN / 8], const float *lse,
-                              u16 *sP, int s_m, int s_n, int g, int t, float scale_log2,
-                              const Band &band, int i0, int k0, int sq, int skv) {
+                              u16 *sP, int s_m, int s_n, int g, int t, float scale_log2) {
 #pragma unroll
   for (int mi = 0; mi < S_TM / 16; ++mi)
 #pragma unroll
@@ -363,28 +548,18 @@ SDPA_DEVICE void softmax_tile(const float (&acc_s)[S_TM / 16][S_TN / 8][4],
       float row_lse = lse[r];
       row_lse = row_lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
                                                       : row_lse * LOG2E;
-      int cmin = 0, cmax = N - 1;
-      if (MASKED) {
-        const int i = i0 + r;
-        cmax = min(N, skv - k0) - 1;
-        if (!SDPA_EVEN && i >= sq) cmax = -1;
-        if (band.right >= 0) cmax = min(cmax, i + band.off + band.right - k0);
-        if (band.left >= 0) cmin = max(cmin, i + band.off - band.left - k0);
-      }
 #pragma unroll
       for (int nj = 0; nj < S_TN / 8; ++nj) {
         float pv[2];
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = s_n + nj * 8 + 2 * t + e;
+        for (int e = 0; e < 2; ++e)
           pv[e] = fast_exp2(acc_s[mi][nj][hf * 2 + e] * scale_log2 - row_lse);
-          if (MASKED && (c < cmin || c > cmax)) pv[e] = 0.f;
-        }
         p_pk[mi][hf][nj] = pack2<DT>(pv[0], pv[1]);
         if (!STSM) *(u32 *)(sP + r * LD_N + s_n + nj * 8 + 2 * t) = p_pk[mi][hf][nj];
       }
     }
   if (STSM) store_frags<S_TM, S_TN>(sP + s_m * LD_N + s_n, LD_N, p_pk);
+  (void)t;
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1)
@@ -417,7 +592,37 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   if (!sequence_bounds(p, b, q0, kv0, sq, skv, j == 0 && hk == 0 && threadIdx.x == 0))
     return;
   const int k0 = j * N;
-  if (k0 >= skv) return;
+#if SDPA_FOLD_DQ
+  /* The dQ hand-off at the CTA's end (main writes dQ). */
+  auto handoff = [&](const Band &band, int it_lo, int it_hi, int steps) {
+    Handoff o;
+    o.dq_accum = p.dq_accum;
+#if SDPA_LAYOUT == 1
+    o.dq = (u16 *)p.dq + (sdpa_i64)b * p.dq_batch;
+#else
+    o.dq = (u16 *)p.dq + q0 * p.dq_seq;
+#endif
+    o.counters = p.semaphores;
+    o.dq_seq = p.dq_seq;
+    o.dq_head = p.dq_head;
+    o.blk0 = dq_block_base(p, b, q0);
+    o.blk_elems = (sdpa_i64)p.heads_q * (D * 16);
+    o.heads_q = p.heads_q;
+    o.group = p.group;
+    o.q_tiles = p.q_tiles;
+    o.batch = p.batch;
+    o.scale = p.scale;
+    o.b = b; o.j = j; o.hk = hk; o.sq = sq; o.skv = skv;
+    o.it_lo = it_lo; o.it_hi = it_hi; o.steps = steps; o.band = band;
+    fold_dq_end(o, smem);
+  };
+#endif
+  if (k0 >= skv) {
+#if SDPA_FOLD_DQ
+    if (j == 0) handoff(make_band(p, sq, skv), 0, -1, 0); /* unseen tiles */
+#endif
+    return;
+  }
   const int kv_valid = skv - k0 < N ? skv - k0 : N;
   const Band band = make_band(p, sq, skv);
 
@@ -487,7 +692,6 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
 
   int h = hk * p.group, it = it_lo; /* the step being computed */
   if (steps > 0) issue(h, it, 0);
-
   for (int st = 0; st < steps; ++st) {
     const int stage = SDPA_STAGES == 2 ? (st & 1) : 0;
 #if SDPA_STAGES == 1
@@ -528,12 +732,8 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
         bool full = SDPA_EVEN || (i0 + M <= sq && k0 + N <= skv);
         if (band.right >= 0 && k0 + N - 1 > i0 + band.off + band.right) full = false;
         if (band.left >= 0 && k0 < i0 + M - 1 + band.off - band.left) full = false;
-        if (full)
-          softmax_tile<false>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
-                              k0, sq, skv);
-        else
-          softmax_tile<true>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
-                             k0, sq, skv);
+        if (!full) mask_tile(acc_s, s_m, s_n, g, t, band, i0, k0, sq, skv);
+        softmax_tile(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2);
       }
       float acc_dp[S_TM / 16][S_TN / 8][4];
       zero_acc(acc_dp);
@@ -646,4 +846,12 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
               pack2<DT>(acc_dv[ni][dj][hf * 2], acc_dv[ni][dj][hf * 2 + 1]);
       }
     }
+
+#if SDPA_FOLD_DQ
+  /* ---- dQ hand-off: count into the tiles, convert the completed ones. */
+  if (steps > 0 || j == 0) {
+    __syncthreads(); /* every thread's last reductions (and reads of P) done */
+    handoff(band, it_lo, it_hi, steps);
+  }
+#endif
 }

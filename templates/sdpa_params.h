@@ -21,7 +21,9 @@
  *         b*q_blocks (BSHD) or cu_seqlens_q[b]/16 + b (THD): sequences
  *         never share a block. dq_blocks bounds the blocks in use:
  *         batch*q_blocks (BSHD), rows_q/16 + batch + 1 (THD).
- *   semaphores[(h*batch + b)*q_tiles + tile] (deterministic mode)
+ *   semaphores[(h*batch + b)*q_tiles + tile]: per query tile, the kv
+ *         tiles done with it (when main writes dQ; in deterministic mode
+ *         also the order they reduce in)
  */
 #ifndef SDPA_PARAMS_H
 #define SDPA_PARAMS_H

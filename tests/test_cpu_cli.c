@@ -145,13 +145,13 @@ static void teardown(void) {
 
 typedef struct command_help {
   const char *command;
-  const char *mentions[12]; /* NULL-terminated */
+  const char *mentions[16]; /* NULL-terminated */
 } command_help;
 
 static const command_help helps[] = {
     {"preheat",
      {"--arch", "--dtype", "--head-dim", "--head-dim-v", "--mask", "--layout",
-      "--lse", "--deterministic", "--even", "-j", "--json", NULL}},
+      "--lse", "--deterministic", "--even", "--dq", "-j", "--json", NULL}},
     {"ls", {"--json", NULL}},
     {"show", {"KEY", NULL}},
     {"stats", {"entries", NULL}},
@@ -233,6 +233,7 @@ static const usage_case usage_cases[] = {
     {"preheat --head-dim 64,abc", "integers"},
     {"preheat --deterministic 2", "0 to 1"},
     {"preheat --even 0,1,7", "0 to 1"},
+    {"preheat --dq both", "main, convert"},
     {"preheat -j 0", "thread count"},
     {"preheat --arch", "needs a value"},
     {"prune", "--max-bytes or --older-than"},
@@ -372,7 +373,7 @@ END_TEST
 /* ------------------------------------------------ preheat and its row */
 
 #define ONE_KEY \
-  "--arch 80 --dtype bf16 --head-dim 128 --mask none --layout bshd"
+  "--arch 80 --dtype bf16 --head-dim 128 --mask none --layout bshd --dq convert"
 
 START_TEST(test_preheat_lifecycle) {
   char line[1200];

@@ -65,7 +65,8 @@ static sdpa_bwd_desc variant_desc(const variant *v, int arch) {
   d.version = SDPA_BWD_DESC_VERSION;
   d.dtype = v->dtype;
   d.layout = v->layout;
-  d.batch = 2;
+  /* causal: a 4 MiB+ dQ accumulator (dq=convert); else dq=main */
+  d.batch = v->mask == SDPA_MASK_NONE ? 2 : 16;
   d.heads_q = 8;
   d.heads_kv = 2;
   /* 256 divides every tile; 200 leaves a partial tile */
@@ -201,6 +202,13 @@ static void compile_grid(int arch) {
       check_no_spills(sdpa_bwd_plan_compile_log(plan), kernels[k], key,
                       spills, sizeof spills);
     }
+    char line[400];
+    if (sdpa_ptxas_any_spills(sdpa_bwd_plan_compile_log(plan), line, sizeof line)) {
+      size_t used = strlen(spills);
+      snprintf(spills + used, sizeof spills - used, "%s: %s\n", key, line);
+    }
+    ck_assert_msg(strstr(key, vs[i].mask == SDPA_MASK_NONE ? ";dq=main" : ";dq=convert"),
+                  "%s: unexpected dQ writer", key);
     ck_assert_int_eq(sdpa_cubin_has_function(plan->cubin, plan->cubin_size,
                                              "no_such_kernel"), 0);
     /* no GPU here (or another arch): cached, not loaded */

@@ -1,8 +1,8 @@
 /*
  * test_cpu_kernels.c — every shape class of the kernel family compiles for
  * every arch it targets (sm_80, 86, 89, 90, 120) with NVRTC, its three
- * kernels are in the cubin, and ptxas reports no register spills at the
- * tiles the table picks for that arch.
+ * kernels are in the cubin, and ptxas reports no register spills (in any
+ * function) at the tiles the table picks for that arch.
  *
  * A class is head_dim x head_dim_v x dtype x mask x layout x LSE class x
  * determinism. All 3,360 combinations take ~40 minutes to compile on two
@@ -10,7 +10,8 @@
  * chosen to cover every field value and the heaviest code paths (bounds
  * checks + sliding window + strided LSE + deterministic hand-off; fully
  * even BSHD; bottom-right causal with uneven lengths; THD with top-left
- * causal and with a window, not deterministic). The full
+ * causal and with a window, not deterministic), three of them with the
+ * main kernel writing dQ and two with the convert kernel. The full
  * sweep's result is recorded in bench/NOTES.md.
  */
 #include <pthread.h>
@@ -28,14 +29,15 @@ typedef struct variant {
   sdpa_mask mask;
   sdpa_layout layout;
   int even, lse_strided, deterministic;
+  int dq_main; /* a problem small enough that the main kernel writes dQ */
 } variant;
 
 static const variant variants[] = {
-    {SDPA_DTYPE_FP16, SDPA_MASK_SLIDING_WINDOW, SDPA_LAYOUT_THD, 0, 1, 1},
-    {SDPA_DTYPE_BF16, SDPA_MASK_NONE, SDPA_LAYOUT_BSHD, 1, 0, 0},
-    {SDPA_DTYPE_BF16, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, SDPA_LAYOUT_BSHD, 0, 1, 1},
-    {SDPA_DTYPE_FP16, SDPA_MASK_CAUSAL_TOP_LEFT, SDPA_LAYOUT_THD, 0, 0, 0},
-    {SDPA_DTYPE_BF16, SDPA_MASK_SLIDING_WINDOW, SDPA_LAYOUT_THD, 0, 0, 0},
+    {SDPA_DTYPE_FP16, SDPA_MASK_SLIDING_WINDOW, SDPA_LAYOUT_THD, 0, 1, 1, 1},
+    {SDPA_DTYPE_BF16, SDPA_MASK_NONE, SDPA_LAYOUT_BSHD, 1, 0, 0, 0},
+    {SDPA_DTYPE_BF16, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, SDPA_LAYOUT_BSHD, 0, 1, 1, 1},
+    {SDPA_DTYPE_FP16, SDPA_MASK_CAUSAL_TOP_LEFT, SDPA_LAYOUT_THD, 0, 0, 0, 0},
+    {SDPA_DTYPE_BF16, SDPA_MASK_SLIDING_WINDOW, SDPA_LAYOUT_THD, 0, 0, 0, 1},
 };
 #define VARIANTS ((int)(sizeof variants / sizeof variants[0]))
 
@@ -55,8 +57,10 @@ static sdpa_bwd_desc make_desc(const job *j) {
   sdpa_bwd_desc d = SDPA_BWD_DESC_INIT;
   d.dtype = j->v->dtype;
   d.layout = j->v->layout;
-  d.batch = 2;
-  d.heads_q = 4;
+  /* dQ accumulator at most 4 MiB (the main kernel writes dQ: 1 x 1024
+   * rows x 2 heads x 256 floats) or more (a convert kernel does) */
+  d.batch = j->v->dq_main ? 1 : 16;
+  d.heads_q = j->v->dq_main ? 2 : 4;
   d.heads_kv = 2;
   /* 1024 is a multiple of every tile; 1000 of none. */
   d.seqlen_q = d.seqlen_kv = j->v->even ? 1024 : 1000;
@@ -108,6 +112,17 @@ static void run_job(job *j) {
   check_report(log, SDPA_KERNEL_PREPROCESS, j->problems, sizeof j->problems);
   check_report(log, SDPA_KERNEL_MAIN, j->problems, sizeof j->problems);
   check_report(log, SDPA_KERNEL_CONVERT, j->problems, sizeof j->problems);
+  char line[400];
+  if (sdpa_ptxas_any_spills(log, line, sizeof line)) {
+    size_t used = strlen(j->problems);
+    snprintf(j->problems + used, sizeof j->problems - used, "%s; ", line);
+  }
+  const char *want = j->v->dq_main ? ";dq=main" : ";dq=convert";
+  if (!strstr(sdpa_bwd_plan_key(plan), want)) {
+    size_t used = strlen(j->problems);
+    snprintf(j->problems + used, sizeof j->problems - used, "key %s lacks %s; ",
+             sdpa_bwd_plan_key(plan), want);
+  }
   void *cubin = NULL;
   size_t size = 0;
   if (sdpa_cache_get_cubin(runtime, sdpa_bwd_plan_key_hash(plan), &cubin, &size) ==

@@ -105,7 +105,7 @@ START_TEST(text_exact_format) {
   ck_assert_str_eq(key.text,
                    "sdpa_bwd;arch=90;dtype=bf16;hd=128;hdv=128;qt=64;kvt=128;"
                    "warps=8;stages=2;lse=packed;layout=bshd;mask=none;det=0;"
-                   "even=1");
+                   "even=1;dq=convert");
 
   f.arch = 80;
   f.dtype = SDPA_DTYPE_FP16;
@@ -120,11 +120,12 @@ START_TEST(text_exact_format) {
   f.mask = SDPA_MASK_SLIDING_WINDOW;
   f.deterministic = 1;
   f.even = 0;
+  f.fold_dq = 1;
   key = build(&f);
   ck_assert_str_eq(key.text,
                    "sdpa_bwd;arch=80;dtype=fp16;hd=96;hdv=64;qt=32;kvt=64;"
                    "warps=4;stages=1;lse=strided;layout=thd;mask=window;det=1;"
-                   "even=0");
+                   "even=0;dq=main");
 
   f.mask = SDPA_MASK_CAUSAL_TOP_LEFT;
   ck_assert_ptr_nonnull(strstr(build(&f).text, ";mask=causal_tl;"));
@@ -140,7 +141,7 @@ START_TEST(plan_text_uses_its_fields) {
   char expected[512];
   snprintf(expected, sizeof expected,
            "sdpa_bwd;arch=90;dtype=bf16;hd=128;hdv=128;qt=%d;kvt=%d;warps=%d;"
-           "stages=%d;lse=packed;layout=bshd;mask=none;det=0;even=%d",
+           "stages=%d;lse=packed;layout=bshd;mask=none;det=0;even=%d;dq=main",
            k.fields.config.q_tile, k.fields.config.kv_tile,
            k.fields.config.warps, k.fields.config.stages,
            256 % k.fields.config.q_tile == 0 && 256 % k.fields.config.kv_tile == 0);
@@ -305,6 +306,7 @@ START_TEST(every_key_field_changes_text_and_hash) {
   VARIANT("mask window", f->mask = SDPA_MASK_SLIDING_WINDOW);
   VARIANT("deterministic", f->deterministic = 1);
   VARIANT("even", f->even = 0);
+  VARIANT("dq writer", f->fold_dq = 1);
 #undef VARIANT
   sdpa_key keys[16];
   for (int i = 0; i < n; i++) {
@@ -353,6 +355,8 @@ START_TEST(descriptor_fields_that_select_code) {
   VARIANT("lse class", (d->lse.batch = 8 * 256, d->lse.head = 1, d->lse.seq = 8));
   VARIANT("deterministic", d->deterministic = 1);
   VARIANT("even", (d->seqlen_q = 200, d->seqlen_kv = 200));
+  /* the dQ writer follows the accumulator's size: 2 MiB here, 64 MiB */
+  VARIANT("dq writer", d->batch = 64);
 #undef VARIANT
   for (int i = 0; i < n; i++) {
     key_copy k = plan_key(rt, &v[i]);
@@ -373,6 +377,9 @@ END_TEST
 
 /* Launch arguments do not move the key: one artifact serves them all. */
 START_TEST(launch_arguments_leave_key_unchanged) {
+  /* Sizes move the key only through the dQ writer (the test above): pin
+   * it, so that these variants may cross its 4 MiB threshold. */
+  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "convert", 1), 0);
   sdpa_runtime *rt = open_runtime();
   sdpa_bwd_desc base = base_desc();
   key_copy ref = plan_key(rt, &base);
@@ -430,6 +437,7 @@ START_TEST(launch_arguments_leave_key_unchanged) {
   s2.lse.batch = 0;
   ck_assert_str_eq(plan_key(rt, &s1).hash, plan_key(rt, &s2).hash);
   sdpa_runtime_destroy(rt);
+  unsetenv("SDPA_JIT_DQ_CONVERT");
 }
 END_TEST
 

@@ -538,13 +538,18 @@ START_TEST(workspace_bshd) {
   sdpa_bwd_plan *plan = make(&d);
   size_t dq = align256((size_t)2 * 256 * 8 * 128 * 4);
   size_t delta = align256((size_t)2 * 256 * 8 * 4);
+  /* a 2 MiB accumulator: the main kernel writes dQ and counts the kv
+   * tiles done with each (head, sequence, query tile) in an int32 */
+  size_t sem = align256((size_t)8 * 2 * (256 / plan->fields.config.q_tile) * 4);
+  ck_assert_int_eq(plan->fields.fold_dq, 1);
   ck_assert_uint_eq(plan->ws_dq_accum, 0);
   ck_assert_uint_eq(plan->ws_delta, dq);
-  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta);
-  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), 2097152 + 16384);
+  ck_assert_uint_eq(plan->ws_semaphores, dq + delta);
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta + sem);
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), 2097152 + 16384 + 256);
   sdpa_bwd_plan_destroy(plan);
 
-  /* deterministic adds one int32 per (head, sequence, query tile) */
+  /* deterministic mode uses the same counters (as semaphores) */
   d.deterministic = 1;
   d.batch = 3;
   d.seqlen_q = 17;
@@ -556,7 +561,7 @@ START_TEST(workspace_bshd) {
   /* dQacc keeps whole 16-row blocks per sequence: 17 rows -> 2 blocks */
   dq = align256((size_t)3 * 2 * 16 * 3 * 32 * 4); /* 36864 */
   delta = align256((size_t)3 * 17 * 3 * 4);       /* 612 -> 768 */
-  size_t sem = align256((size_t)3 * 3 * ((17 + qt - 1) / qt) * 4);
+  sem = align256((size_t)3 * 3 * ((17 + qt - 1) / qt) * 4);
   ck_assert_uint_eq(dq, 36864);
   ck_assert_uint_eq(plan->ws_delta, dq);
   ck_assert_uint_eq(plan->ws_semaphores, dq + delta);
@@ -578,16 +583,63 @@ START_TEST(workspace_thd) {
   /* every sequence may start a 16-row block of its own: 1001/16 + 4 + 1 */
   size_t dq = align256((size_t)(62 + 4 + 1) * 16 * 4 * 64 * 4);
   size_t delta = align256((size_t)1001 * 4 * 4);
-  ck_assert_int_eq(plan->rows_q, 1001);
-  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta);
-  sdpa_bwd_plan_destroy(plan);
-
-  d.deterministic = 1;
-  plan = make(&d);
   int qt = plan->fields.config.q_tile;
   size_t sem = align256((size_t)4 * 4 * ((700 + qt - 1) / qt) * 4);
+  ck_assert_int_eq(plan->rows_q, 1001);
+  ck_assert_int_eq(plan->fields.fold_dq, 1);
   ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta + sem);
   sdpa_bwd_plan_destroy(plan);
+
+  d.deterministic = 1; /* the same counters, as semaphores */
+  plan = make(&d);
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta + sem);
+  sdpa_bwd_plan_destroy(plan);
+}
+END_TEST
+
+/* Who writes dQ: the main kernel for an accumulator up to 4 MiB (with the
+ * counters it needs), the convert kernel beyond; SDPA_JIT_DQ_CONVERT
+ * overrides either way and is validated. */
+START_TEST(dq_writer) {
+  sdpa_bwd_desc d = good(); /* 2 x 256 rows x 8 heads x 64 floats: 1 MiB */
+  sdpa_bwd_plan *plan = make(&d);
+  ck_assert_int_eq(plan->fields.fold_dq, 1);
+  ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), ";dq=main"));
+  const size_t with_counters = sdpa_bwd_workspace_size(plan);
+  ck_assert_uint_gt(with_counters, plan->ws_semaphores);
+  sdpa_bwd_plan_destroy(plan);
+
+  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "convert", 1), 0);
+  plan = make(&d);
+  ck_assert_int_eq(plan->fields.fold_dq, 0);
+  ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), ";dq=convert"));
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), plan->ws_semaphores); /* none */
+  ck_assert_uint_lt(sdpa_bwd_workspace_size(plan), with_counters);
+  sdpa_bwd_plan_destroy(plan);
+  d.deterministic = 1; /* keeps its semaphores */
+  plan = make(&d);
+  ck_assert_int_eq(plan->fields.fold_dq, 0);
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), with_counters);
+  sdpa_bwd_plan_destroy(plan);
+  d.deterministic = 0;
+  unsetenv("SDPA_JIT_DQ_CONVERT");
+
+  d.seqlen_q = 1024; /* exactly 4 MiB */
+  plan = make(&d);
+  ck_assert_int_eq(plan->fields.fold_dq, 1);
+  sdpa_bwd_plan_destroy(plan);
+  d.seqlen_q = 1040; /* one 16-row block more per sequence */
+  plan = make(&d);
+  ck_assert_int_eq(plan->fields.fold_dq, 0);
+  sdpa_bwd_plan_destroy(plan);
+
+  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "main", 1), 0);
+  plan = make(&d);
+  ck_assert_int_eq(plan->fields.fold_dq, 1);
+  sdpa_bwd_plan_destroy(plan);
+  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "both", 1), 0);
+  REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_DQ_CONVERT = \"both\"", "\"main\"", "\"convert\"");
+  unsetenv("SDPA_JIT_DQ_CONVERT");
 }
 END_TEST
 
@@ -665,6 +717,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(tr, packed_strides_thd);
   tcase_add_test(tr, workspace_bshd);
   tcase_add_test(tr, workspace_thd);
+  tcase_add_test(tr, dq_writer);
   tcase_add_test(tr, runtime_options);
   tcase_add_test(tr, desc_arch_overrides_runtime);
   suite_add_tcase(s, tr);

@@ -508,11 +508,12 @@ static const case_spec matrix_specs[] = {
 };
 #define MATRIX_COUNT ((int)(sizeof matrix_specs / sizeof matrix_specs[0]))
 
-START_TEST(matrix) {
-  /* SDPA_TEST_MATRIX_EVERY=n keeps every n-th case (for slow runs under
-   * the memory checkers); the default runs them all. */
+/* Runs every `every`-th case of the matrix (both dtypes); the number of
+ * failed cases. SDPA_TEST_MATRIX_EVERY=n thins it further (for slow runs
+ * under the memory checkers). */
+static int run_matrix(int every, const char *what) {
   const char *every_env = getenv("SDPA_TEST_MATRIX_EVERY");
-  const int every = every_env && atoi(every_env) > 1 ? atoi(every_env) : 1;
+  if (every_env && atoi(every_env) > 1) every *= atoi(every_env);
   test_case *cases = calloc((size_t)(2 * MATRIX_COUNT), sizeof *cases);
   ck_assert_ptr_nonnull(cases);
   int count = 0;
@@ -521,17 +522,33 @@ START_TEST(matrix) {
       if ((d * MATRIX_COUNT + i) % every != 0) continue;
       sdpa_dtype dtype = d == 0 ? SDPA_DTYPE_BF16 : SDPA_DTYPE_FP16;
       char label[80];
-      snprintf(label, sizeof label, "matrix %s %s", matrix_specs[i].name,
+      snprintf(label, sizeof label, "%s %s %s", what, matrix_specs[i].name,
                sdpa_ref_dtype_name(dtype));
       case_init(&cases[count++], &matrix_specs[i], dtype,
                 0x5eed0000u + (uint64_t)(d * MATRIX_COUNT + i), label);
     }
-  printf("matrix: %d cases\n", count);
+  printf("%s: %d cases\n", what, count);
   prepare_batch(cases, count);
   int failures = run_batch(cases, count, "");
   for (int i = 0; i < count; i++) case_free(&cases[i]);
   free(cases);
-  printf("matrix: %d of %d cases failed\n", failures, count);
+  printf("%s: %d of %d cases failed\n", what, failures, count);
+  return failures;
+}
+
+/* The matrix's problems are small: the main kernel writes dQ itself. */
+START_TEST(matrix) {
+  int failures = run_matrix(1, "matrix");
+  ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
+}
+END_TEST
+
+/* Every other case again with the convert kernel writing dQ (the way of
+ * large problems). */
+START_TEST(matrix_convert_kernel) {
+  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "convert", 1), 0);
+  int failures = run_matrix(2, "matrix, dQ by the convert kernel");
+  unsetenv("SDPA_JIT_DQ_CONVERT");
   ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
 }
 END_TEST
@@ -1064,6 +1081,7 @@ static Suite *gpu_suite(void) {
   suite_add_tcase(s, api);
   TCase *numerics = tcase_create("numerics");
   tcase_add_test(numerics, matrix);
+  tcase_add_test(numerics, matrix_convert_kernel);
   tcase_add_test(numerics, deterministic_is_bitwise);
   tcase_add_test(numerics, random_sweep);
   suite_add_tcase(s, numerics);

@@ -25,6 +25,7 @@ const char cli_dtype_names[] = "bf16,fp16";
 const char cli_mask_names[] = "none,causal_tl,causal_br,window";
 const char cli_layout_names[] = "bshd,thd";
 const char cli_lse_names[] = "packed,strided";
+const char cli_dq_names[] = "main,convert";
 
 typedef struct named_value {
   const char *name;
@@ -43,6 +44,8 @@ static const named_value layouts[] = {
     {"bshd", SDPA_LAYOUT_BSHD}, {"thd", SDPA_LAYOUT_THD}, {NULL, 0}};
 static const named_value lse_classes[] = {
     {"packed", 0}, {"strided", 1}, {NULL, 0}};
+static const named_value dq_writers[] = {
+    {"main", 1}, {"convert", 0}, {NULL, 0}};
 
 /* The name of `value` in `table`, or "?". */
 static const char *name_of(const named_value *table, int value) {
@@ -151,6 +154,12 @@ const char *cli_list_parse_lse(const char *text, cli_list *out) {
   return parse_list(text, name_item, &names, names.message, out);
 }
 
+const char *cli_list_parse_dq(const char *text, cli_list *out) {
+  static const name_table names = {
+      dq_writers, "expected a comma list of main, convert"};
+  return parse_list(text, name_item, &names, names.message, out);
+}
+
 /* Sets `list` to `values` when it is empty. */
 static void default_list(cli_list *list, const int *values, size_t count) {
   if (list->count) return;
@@ -165,6 +174,7 @@ void cli_grid_fill_defaults(cli_grid *grid, int arch, int also_uneven) {
   static const int layout_defaults[] = {SDPA_LAYOUT_BSHD, SDPA_LAYOUT_THD};
   static const int zero[] = {0};
   static const int even_defaults[] = {1, 0};
+  static const int dq_defaults[] = {0, 1};
   default_list(&grid->arch, &arch, 1);
   default_list(&grid->dtype, dtype_defaults, 2);
   default_list(&grid->head_dim, head_dim_defaults, 2);
@@ -173,10 +183,13 @@ void cli_grid_fill_defaults(cli_grid *grid, int arch, int also_uneven) {
   default_list(&grid->lse_strided, zero, 1);
   default_list(&grid->deterministic, zero, 1);
   default_list(&grid->even, even_defaults, also_uneven ? 2 : 1);
+  default_list(&grid->dq_main, dq_defaults, 2);
 }
 
+enum { LISTS = 9 };
+
 /* The lists in the order points are enumerated (last varies fastest). */
-static void grid_lists(const cli_grid *grid, const cli_list *lists[8]) {
+static void grid_lists(const cli_grid *grid, const cli_list *lists[LISTS]) {
   lists[0] = &grid->arch;
   lists[1] = &grid->dtype;
   lists[2] = &grid->head_dim;
@@ -185,23 +198,24 @@ static void grid_lists(const cli_grid *grid, const cli_list *lists[8]) {
   lists[5] = &grid->even;
   lists[6] = &grid->lse_strided;
   lists[7] = &grid->deterministic;
+  lists[8] = &grid->dq_main;
 }
 
 size_t cli_grid_size(const cli_grid *grid) {
-  const cli_list *lists[8];
+  const cli_list *lists[LISTS];
   grid_lists(grid, lists);
   size_t size = 1;
-  for (int i = 0; i < 8; i++) size *= lists[i]->count;
+  for (int i = 0; i < LISTS; i++) size *= lists[i]->count;
   return size;
 }
 
 int cli_grid_point_at(const cli_grid *grid, size_t index,
                       cli_grid_point *out) {
-  const cli_list *lists[8];
-  int picked[8];
-  size_t positions[8];
+  const cli_list *lists[LISTS];
+  int picked[LISTS];
+  size_t positions[LISTS];
   grid_lists(grid, lists);
-  for (int i = 7; i >= 0; i--) {
+  for (int i = LISTS - 1; i >= 0; i--) {
     positions[i] = index % lists[i]->count;
     picked[i] = lists[i]->values[positions[i]];
     index /= lists[i]->count;
@@ -215,6 +229,7 @@ int cli_grid_point_at(const cli_grid *grid, size_t index,
   out->even = out->layout == SDPA_LAYOUT_THD ? -1 : picked[5];
   out->lse_strided = picked[6];
   out->deterministic = picked[7];
+  out->dq_main = picked[8];
   return out->layout == SDPA_LAYOUT_THD && positions[5] > 0;
 }
 
@@ -224,7 +239,7 @@ void cli_grid_desc(const cli_grid_point *point, sdpa_bwd_desc *out) {
   desc.version = SDPA_BWD_DESC_VERSION;
   desc.dtype = point->dtype;
   desc.layout = point->layout;
-  desc.batch = 1;
+  desc.batch = point->dq_main ? 1 : 64; /* dQ accumulator vs 4 MiB */
   desc.heads_q = 1;
   desc.heads_kv = 1;
   if (point->layout == SDPA_LAYOUT_THD) {
@@ -262,10 +277,10 @@ void cli_grid_describe(const cli_grid_point *point, char *buf, size_t size) {
   else
     snprintf(even, sizeof even, " even=%d", point->even);
   snprintf(buf, size,
-           "arch=%d dtype=%s hd=%d hdv=%d mask=%s layout=%s lse=%s det=%d%s",
+           "arch=%d dtype=%s hd=%d hdv=%d mask=%s layout=%s lse=%s det=%d%s dq=%s",
            point->arch, name_of(dtypes, point->dtype), point->head_dim,
            point->head_dim_v, name_of(masks, point->mask),
            name_of(layouts, point->layout),
            name_of(lse_classes, point->lse_strided), point->deterministic,
-           even);
+           even, name_of(dq_writers, point->dq_main));
 }

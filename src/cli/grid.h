@@ -4,10 +4,12 @@
  *
  * A grid point fixes every field that enters the specialization key
  * (arch, dtype, head dims, mask, layout, LSE stride class, deterministic,
- * even tiles). cli_grid_desc turns it into a descriptor whose launch-time
- * fields (batch, heads, lengths, strides) are picked so the plan comes out
- * with exactly that key: batch 1, one head, lengths of 1024 (divisible by
- * every tile) or 1000 (divisible by none) for BSHD, max_s 1024 for THD.
+ * even tiles, who writes dQ). cli_grid_desc turns it into a descriptor
+ * whose launch-time fields (batch, heads, lengths, strides) are picked so
+ * the plan comes out with exactly that key: one head, lengths of 1024
+ * (divisible by every tile) or 1000 (divisible by none) for BSHD, max_s
+ * 1024 for THD; batch 1 (a small problem: the main kernel writes dQ) or
+ * 64 (beyond 4 MiB of dQ accumulator: the convert kernel does).
  */
 #ifndef SDPA_CLI_GRID_H
 #define SDPA_CLI_GRID_H
@@ -27,7 +29,7 @@ typedef struct cli_list {
 /* The lists preheat multiplies. `even` does not apply to THD. */
 typedef struct cli_grid {
   cli_list arch, dtype, head_dim, mask, layout, lse_strided, deterministic,
-      even;
+      even, dq_main;
   int head_dim_v; /* 0: same as head_dim */
 } cli_grid;
 
@@ -41,6 +43,7 @@ typedef struct cli_grid_point {
   int lse_strided;
   int deterministic;
   int even;
+  int dq_main; /* 1: "dq=main", 0: "dq=convert" */
 } cli_grid_point;
 
 /* The names the list options accept, for --help and messages. */
@@ -48,6 +51,7 @@ extern const char cli_dtype_names[];  /* "bf16,fp16"                     */
 extern const char cli_mask_names[];   /* "none,causal_tl,causal_br,window" */
 extern const char cli_layout_names[]; /* "bshd,thd"                      */
 extern const char cli_lse_names[];    /* "packed,strided"                */
+extern const char cli_dq_names[];     /* "main,convert"                  */
 
 /* Parse a comma list for one option into `out` (duplicates dropped).
  * Return NULL on success, else a static message saying what is allowed. */
@@ -57,10 +61,12 @@ const char *cli_list_parse_dtypes(const char *text, cli_list *out);
 const char *cli_list_parse_masks(const char *text, cli_list *out);
 const char *cli_list_parse_layouts(const char *text, cli_list *out);
 const char *cli_list_parse_lse(const char *text, cli_list *out);
+const char *cli_list_parse_dq(const char *text, cli_list *out);
 
 /* Fills each list of `grid` that is still empty with its default: dtype
  * bf16,fp16; head_dim 64,128; mask none,causal_br; layout bshd,thd; lse
- * packed; deterministic 0; even 1 (plus 0 when `also_uneven`); arch
+ * packed; deterministic 0; even 1 (plus 0 when `also_uneven`); dQ
+ * writer convert,main (a process may run problems of either size); arch
  * `arch` (preheat passes 0, "the local GPU's", and resolves it once a
  * runtime exists). */
 void cli_grid_fill_defaults(cli_grid *grid, int arch, int also_uneven);

@@ -34,6 +34,7 @@ enum {
   OPT_LSE,
   OPT_DETERMINISTIC,
   OPT_EVEN,
+  OPT_DQ,
   OPT_JOBS,
   OPT_JSON
 };
@@ -48,6 +49,7 @@ static const cli_option options[] = {
     {"--lse", NULL, 1, OPT_LSE},
     {"--deterministic", NULL, 1, OPT_DETERMINISTIC},
     {"--even", NULL, 1, OPT_EVEN},
+    {"--dq", NULL, 1, OPT_DQ},
     {"--jobs", "-j", 1, OPT_JOBS},
     {"--json", NULL, 0, OPT_JSON},
     {NULL, NULL, 0, 0}};
@@ -73,6 +75,9 @@ static void print_help(void) {
       "  --even LIST            0,1: BSHD lengths multiple of the tiles\n"
       "                         (default 1; with no grid option at all, the\n"
       "                         default grid also covers BSHD even 0)\n"
+      "  --dq LIST              %s: who writes dQ, the main kernel\n"
+      "                         (problems up to 4 MiB of fp32 dQ) or a\n"
+      "                         convert kernel (larger) (default both)\n"
       "  -j, --jobs N           compile threads (default: online CPUs)\n"
       "  --json                 one JSON object per key, then the summary\n"
       "                         as a JSON object\n"
@@ -84,7 +89,7 @@ static void print_help(void) {
       "point is not supported on its arch). Exit status 1 when a key\n"
       "failed.\n",
       CLI_PROGRAM, cli_dtype_names, cli_mask_names, cli_layout_names,
-      cli_lse_names);
+      cli_lse_names, cli_dq_names);
 }
 
 /* What the command line asked for. */
@@ -131,6 +136,8 @@ static int parse(cli_args *args, request *req) {
       break;
     case OPT_EVEN: error = cli_list_parse_ints(value, 0, 1, &req->grid.even);
       break;
+    case OPT_DQ: error = cli_list_parse_dq(value, &req->grid.dq_main);
+      break;
     case OPT_JOBS:
       if (cli_parse_int(value, 1, 1024, &req->threads) != 0)
         error = "expected a thread count from 1 to 1024";
@@ -144,7 +151,7 @@ static int parse(cli_args *args, request *req) {
         if (o->id == id) name = o->name;
       return cli_usage_error(args, "%s '%s': %s", name, value, error);
     }
-    if (id >= OPT_ARCH && id <= OPT_EVEN) req->grid_options++;
+    if (id >= OPT_ARCH && id <= OPT_DQ) req->grid_options++;
   }
   return -1;
 }

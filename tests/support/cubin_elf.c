@@ -78,6 +78,23 @@ int sdpa_cubin_arch(const void *image, size_t size) {
   return (int)(eh.e_flags & 0xff);
 }
 
+int sdpa_ptxas_any_spills(const char *log, char *line, size_t size) {
+  static const char header[] = "Function properties for ";
+  line[0] = '\0';
+  for (const char *at = log ? strstr(log, header) : NULL; at;
+       at = strstr(at + 1, header)) {
+    const char *name = at + strlen(header);
+    const int name_length = (int)strcspn(name, "\n");
+    char function[160], report[256];
+    snprintf(function, sizeof function, "%.*s", name_length, name);
+    if (sdpa_ptxas_spills(at, function, report, sizeof report) == 1) {
+      snprintf(line, size, "%s: %s", function, report);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int sdpa_ptxas_spills(const char *log, const char *function, char *line,
                       size_t size) {
   char header[128], report[256];

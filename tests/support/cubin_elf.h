@@ -30,4 +30,9 @@ int sdpa_cubin_arch(const void *image, size_t size);
 int sdpa_ptxas_spills(const char *log, const char *function, char *line,
                       size_t size);
 
+/* The same over every function ptxas reports in `log` (kernels and the
+ * out-of-line device functions they call): 1 and the first offending
+ * "<function>: <report>" in `line` when any spills, else 0. */
+int sdpa_ptxas_any_spills(const char *log, char *line, size_t size);
+
 #endif
