@@ -2,10 +2,11 @@
  * bench_bwd.c — TFLOP/s of the backward pass through the public API.
  *
  * Every case is validated before it is timed: a small twin of it (same
- * dtype, head_dim, mask, layout and GQA ratio, so the same key class; B=1,
- * S=512) runs against the float64 CPU reference, since the reference is
- * far too slow for the full sizes. Then the full case is timed with CUDA
- * events around each sdpa_bwd_execute (preprocess + main + dQ convert):
+ * dtype, head_dim, mask, layout and GQA ratio, and the case's dQ writer
+ * pinned with SDPA_JIT_DQ_CONVERT, so the same key; B=1, S=512) runs
+ * against the float64 CPU reference, since the reference is far too slow
+ * for the full sizes. Then the full case is timed with CUDA events around
+ * each sdpa_bwd_execute (preprocess + main + dQ convert at these sizes):
  * warm-up runs, then the median of >= 20 runs, the inputs rotated over 3
  * buffer sets so the 50 MB L2 does not keep them warm between runs.
  * TFLOP/s = 4 * B * H * Sq * Skv * D * 2.5 / time (the backward counted as
@@ -136,6 +137,11 @@ static void twin_problem(const bench_case *c, sdpa_ref_problem *p) {
   }
 }
 
+/* "main" or "convert": who writes dQ in the case's kernel (its key). */
+static const char *dq_writer(const bench_case *c) {
+  return c->plan && strstr(sdpa_bwd_plan_key(c->plan), ";dq=main") ? "main" : "convert";
+}
+
 static void validate_case(bench_case *c) {
   sdpa_ref_problem p;
   sdpa_ref_layout l;
@@ -156,7 +162,16 @@ static void validate_case(bench_case *c) {
     snprintf(c->message, sizeof c->message, "reference: out of memory");
     goto done;
   }
+  /* the twin is small: pin the case's dQ writer so that it gets its key */
+  const char *outer = getenv("SDPA_JIT_DQ_CONVERT");
+  char saved[16] = "";
+  if (outer) snprintf(saved, sizeof saved, "%s", outer);
+  setenv("SDPA_JIT_DQ_CONVERT", dq_writer(c), 1);
   sdpa_gpu_run_problem(&gpu, runtime, &p, &l, &d, &o);
+  if (outer)
+    setenv("SDPA_JIT_DQ_CONVERT", saved, 1);
+  else
+    unsetenv("SDPA_JIT_DQ_CONVERT");
   if (o.status != SDPA_STATUS_SUCCESS) {
     snprintf(c->message, sizeof c->message, "twin: %.1000s", o.message);
     sdpa_gpu_outcome_free(&o);
@@ -190,7 +205,7 @@ static void validate_class(bench_case *cases, int i) {
     const bench_case *e = &cases[j];
     if (e->dtype == c->dtype && e->head_dim == c->head_dim && e->causal == c->causal &&
         e->layout == c->layout && e->heads_q / e->heads_kv == c->heads_q / c->heads_kv &&
-        e->status == SDPA_STATUS_SUCCESS) {
+        !strcmp(dq_writer(e), dq_writer(c)) && e->status == SDPA_STATUS_SUCCESS) {
       c->validated = e->validated;
       memcpy(c->err, e->err, sizeof c->err);
       snprintf(c->message, sizeof c->message, "%s", e->message);
