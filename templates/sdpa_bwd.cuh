@@ -235,6 +235,38 @@ SDPA_DEVICE sdpa_i64 dq_block_base(const sdpa_kernel_params &p, int b, sdpa_i64 
 #endif
 }
 
+/* The main kernel's block: kv tile j of sequence b, kv head hk. Under a
+ * mask the kv tiles differ in work (causal: tile 0 sees every query
+ * tile), so the launch order runs kv tile j of every (sequence, head)
+ * before tile j+1: heaviest first, no long CTA left for the end. */
+SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &hk) {
+  const int kv_tiles = (p.seqlen_kv + N - 1) / N;
+#if SDPA_MASK == 0
+  j = blockIdx.x % kv_tiles;
+  b = blockIdx.x / kv_tiles;
+  hk = blockIdx.y;
+#else
+  (void)kv_tiles;
+  const sdpa_i64 flat = (sdpa_i64)blockIdx.y * gridDim.x + blockIdx.x;
+  const sdpa_i64 per_tile = (sdpa_i64)p.batch * p.heads_kv;
+  j = (int)(flat / per_tile);
+  const int r_bh = (int)(flat % per_tile);
+  b = r_bh / p.heads_kv;
+  hk = r_bh % p.heads_kv;
+#endif
+}
+
+/* Query tiles [it_lo, it_hi] with a row that sees some key of kv tile
+ * [k0, k0 + kv_valid) (empty: it_hi < it_lo). */
+SDPA_DEVICE void query_tile_range(const Band &band, int k0, int kv_valid, int sq, int &it_lo,
+                                  int &it_hi) {
+  int lo = 0, hi = sq - 1;
+  if (band.right >= 0) lo = max(lo, k0 - band.off - band.right);
+  if (band.left >= 0) hi = min(hi, k0 + kv_valid - 1 - band.off + band.left);
+  it_lo = lo / M;
+  it_hi = lo <= hi ? hi / M : it_lo - 1;
+}
+
 /* ------------------------------------------------------------ preprocess */
 
 /* Zeroes dQacc (a grid-stride sweep over its dq_blocks) and the query
@@ -340,8 +372,7 @@ SDPA_DEVICE int kv_visitors(const Band &band, int it, int sq, int skv, int &firs
 }
 
 /* What the dQ hand-off needs of the parameter block and of one main-kernel
- * CTA (sequence b, kv tile j, kv head hk), gathered so that it can be
- * passed to an out-of-line function. */
+ * CTA (sequence b, kv tile j, kv head hk). */
 struct Handoff {
   float *dq_accum;
   u16 *dq;         /* dq of sequence b, head 0                          */
@@ -423,8 +454,38 @@ SDPA_DEVICE void acquire_fence() { asm volatile("fence.acq_rel.gpu;" ::: "memory
  * kv-tile order, its semaphore chain having ordered the others); the
  * step list lives in P's shared memory, free by now. The caller has
  * passed a barrier after its last reductions and has nothing left to do.
- * Out of line, so that it does not weigh on the loop's registers. */
-__device__ __noinline__ void fold_dq_end(const Handoff o, unsigned char *smem) {
+ * Out of line, recomputing the CTA's work from its block index and a copy
+ * of the parameters, so that nothing stays live across the main loop for
+ * it (the loop's registers are as without it). */
+__device__ __noinline__ void fold_dq_end(const sdpa_kernel_params p, unsigned char *smem) {
+  Handoff o;
+  decode_block(p, o.j, o.b, o.hk);
+  sdpa_i64 q0, kv0;
+  if (!sequence_bounds(p, o.b, q0, kv0, o.sq, o.skv, false)) return; /* main flagged it */
+  o.band = make_band(p, o.sq, o.skv);
+  const int k0 = o.j * N;
+  o.it_lo = 0;
+  o.it_hi = -1;
+  if (k0 < o.skv)
+    query_tile_range(o.band, k0, o.skv - k0 < N ? o.skv - k0 : N, o.sq, o.it_lo, o.it_hi);
+  o.steps = o.it_hi >= o.it_lo ? (o.it_hi - o.it_lo + 1) * p.group : 0;
+  o.dq_accum = p.dq_accum;
+#if SDPA_LAYOUT == 1
+  o.dq = (u16 *)p.dq + (sdpa_i64)o.b * p.dq_batch;
+#else
+  o.dq = (u16 *)p.dq + q0 * p.dq_seq;
+#endif
+  o.counters = p.semaphores;
+  o.dq_seq = p.dq_seq;
+  o.dq_head = p.dq_head;
+  o.blk0 = dq_block_base(p, o.b, q0);
+  o.blk_elems = (sdpa_i64)p.heads_q * (D * 16);
+  o.heads_q = p.heads_q;
+  o.group = p.group;
+  o.q_tiles = p.q_tiles;
+  o.batch = p.batch;
+  o.scale = p.scale;
+
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int first;
   if (o.j == 0)
@@ -505,11 +566,23 @@ SDPA_DEVICE void copy_tile(u32 s, const u16 *g, sdpa_i64 stride, int valid) {
   }
 }
 
-/* Scores outside each row's visible columns [cmin, cmax] (band, sequence
- * ends) become -inf, so that their P is exactly 0. Only tiles that need
- * element-wise masking run this; the softmax below has one path for all
- * tiles (two copies of it made the compiler rematerialize shared-memory
- * addresses in every step: ~10% more instructions under a mask). */
+/* Columns [cmin, cmax] of the kv tile at k0 that query row i sees (band,
+ * sequence ends); cmax < cmin when none. */
+SDPA_DEVICE void visible_columns(const Band &band, int i, int k0, int sq, int skv, int &cmin,
+                                 int &cmax) {
+  cmin = 0;
+  cmax = min(N, skv - k0) - 1;
+  if (!SDPA_EVEN && i >= sq) cmax = -1;
+  if (band.right >= 0) cmax = min(cmax, i + band.off + band.right - k0);
+  if (band.left >= 0) cmin = max(cmin, i + band.off - band.left - k0);
+  (void)sq;
+}
+
+/* Scores outside each row's visible columns become -inf, so that their P
+ * is exactly 0. With 8 warps only tiles that need element-wise masking run
+ * this, before the one softmax path (two copies of the softmax made the
+ * compiler rematerialize shared-memory addresses in every step: ~10% more
+ * instructions under a mask). */
 SDPA_DEVICE void mask_tile(float (&acc_s)[S_TM / 16][S_TN / 8][4], int s_m, int s_n,
                            int g, int t, const Band &band, int i0, int k0, int sq,
                            int skv) {
@@ -517,11 +590,8 @@ SDPA_DEVICE void mask_tile(float (&acc_s)[S_TM / 16][S_TN / 8][4], int s_m, int 
   for (int mi = 0; mi < S_TM / 16; ++mi)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int i = i0 + s_m + mi * 16 + g + hf * 8;
-      int cmin = 0, cmax = min(N, skv - k0) - 1;
-      if (!SDPA_EVEN && i >= sq) cmax = -1;
-      if (band.right >= 0) cmax = min(cmax, i + band.off + band.right - k0);
-      if (band.left >= 0) cmin = max(cmin, i + band.off - band.left - k0);
+      int cmin, cmax;
+      visible_columns(band, i0 + s_m + mi * 16 + g + hf * 8, k0, sq, skv, cmin, cmax);
 #pragma unroll
       for (int nj = 0; nj < S_TN / 8; ++nj)
 #pragma unroll
@@ -530,16 +600,19 @@ SDPA_DEVICE void mask_tile(float (&acc_s)[S_TM / 16][S_TN / 8][4], int s_m, int 
           if (c < cmin || c > cmax) acc_s[mi][nj][hf * 2 + e] = __int_as_float(0xff800000);
         }
     }
-  (void)band; (void)sq;
 }
 
 /* P = exp2(S * scale_log2 - LSE * log2e) for a warp's S tile, to shared
  * memory and packed into p_pk. A row whose LSE is -inf sees no key: its
  * LSE is taken as +inf, so P = 0 (and a -inf score never meets a -inf
- * LSE: no NaN). */
+ * LSE: no NaN). MASKED: P = 0 outside each row's visible columns, for the
+ * 4-warp configurations (the 128-register dK/dV accumulators leave no room
+ * for mask_tile's separate pass: it spilled at head_dim 256 on sm_120). */
+template <bool MASKED>
 SDPA_DEVICE void softmax_tile(const float (&acc_s)[S_TM / 16][S_TN / 8][4],
                               u32 (&p_pk)[S_TM / 16][2][S_TN / 8], const float *lse,
-                              u16 *sP, int s_m, int s_n, int g, int t, float scale_log2) {
+                              u16 *sP, int s_m, int s_n, int g, int t, float scale_log2,
+                              const Band &band, int i0, int k0, int sq, int skv) {
 #pragma unroll
   for (int mi = 0; mi < S_TM / 16; ++mi)
 #pragma unroll
@@ -548,18 +621,22 @@ SDPA_DEVICE void softmax_tile(const float (&acc_s)[S_TM / 16][S_TN / 8][4],
       float row_lse = lse[r];
       row_lse = row_lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
                                                       : row_lse * LOG2E;
+      int cmin = 0, cmax = N - 1;
+      if (MASKED) visible_columns(band, i0 + r, k0, sq, skv, cmin, cmax);
 #pragma unroll
       for (int nj = 0; nj < S_TN / 8; ++nj) {
         float pv[2];
 #pragma unroll
-        for (int e = 0; e < 2; ++e)
+        for (int e = 0; e < 2; ++e) {
+          const int c = s_n + nj * 8 + 2 * t + e;
           pv[e] = fast_exp2(acc_s[mi][nj][hf * 2 + e] * scale_log2 - row_lse);
+          if (MASKED && (c < cmin || c > cmax)) pv[e] = 0.f;
+        }
         p_pk[mi][hf][nj] = pack2<DT>(pv[0], pv[1]);
         if (!STSM) *(u32 *)(sP + r * LD_N + s_n + nj * 8 + 2 * t) = p_pk[mi][hf][nj];
       }
     }
   if (STSM) store_frags<S_TM, S_TN>(sP + s_m * LD_N + s_n, LD_N, p_pk);
-  (void)t;
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1)
@@ -572,18 +649,8 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   float *sLSE = (float *)(smem + SMEM_LSE);
   float *sDelta = (float *)(smem + SMEM_DELTA);
 
-  const int kv_tiles = (p.seqlen_kv + N - 1) / N;
-#if SDPA_MASK == 0
-  const int j = blockIdx.x % kv_tiles, b = blockIdx.x / kv_tiles, hk = blockIdx.y;
-#else
-  /* Under a mask the kv tiles differ in work (causal: tile 0 sees every
-   * query tile), so the launch order runs kv tile j of every (sequence,
-   * head) before tile j+1: heaviest first, no long CTA left for the end. */
-  const sdpa_i64 flat = (sdpa_i64)blockIdx.y * gridDim.x + blockIdx.x;
-  const sdpa_i64 per_tile = (sdpa_i64)p.batch * p.heads_kv;
-  const int j = (int)(flat / per_tile), r_bh = (int)(flat % per_tile);
-  const int b = r_bh / p.heads_kv, hk = r_bh % p.heads_kv;
-#endif
+  int j, b, hk;
+  decode_block(p, j, b, hk);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
 
@@ -592,45 +659,17 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   if (!sequence_bounds(p, b, q0, kv0, sq, skv, j == 0 && hk == 0 && threadIdx.x == 0))
     return;
   const int k0 = j * N;
-#if SDPA_FOLD_DQ
-  /* The dQ hand-off at the CTA's end (main writes dQ). */
-  auto handoff = [&](const Band &band, int it_lo, int it_hi, int steps) {
-    Handoff o;
-    o.dq_accum = p.dq_accum;
-#if SDPA_LAYOUT == 1
-    o.dq = (u16 *)p.dq + (sdpa_i64)b * p.dq_batch;
-#else
-    o.dq = (u16 *)p.dq + q0 * p.dq_seq;
-#endif
-    o.counters = p.semaphores;
-    o.dq_seq = p.dq_seq;
-    o.dq_head = p.dq_head;
-    o.blk0 = dq_block_base(p, b, q0);
-    o.blk_elems = (sdpa_i64)p.heads_q * (D * 16);
-    o.heads_q = p.heads_q;
-    o.group = p.group;
-    o.q_tiles = p.q_tiles;
-    o.batch = p.batch;
-    o.scale = p.scale;
-    o.b = b; o.j = j; o.hk = hk; o.sq = sq; o.skv = skv;
-    o.it_lo = it_lo; o.it_hi = it_hi; o.steps = steps; o.band = band;
-    fold_dq_end(o, smem);
-  };
-#endif
   if (k0 >= skv) {
 #if SDPA_FOLD_DQ
-    if (j == 0) handoff(make_band(p, sq, skv), 0, -1, 0); /* unseen tiles */
+    if (j == 0) fold_dq_end(p, smem); /* the unseen tiles */
 #endif
     return;
   }
   const int kv_valid = skv - k0 < N ? skv - k0 : N;
   const Band band = make_band(p, sq, skv);
 
-  /* Query rows that see some key of this tile -> query tile range. */
-  int lo = 0, hi = sq - 1;
-  if (band.right >= 0) lo = max(lo, k0 - band.off - band.right);
-  if (band.left >= 0) hi = min(hi, k0 + kv_valid - 1 - band.off + band.left);
-  const int it_lo = lo / M, it_hi = lo <= hi ? hi / M : it_lo - 1;
+  int it_lo, it_hi;
+  query_tile_range(band, k0, kv_valid, sq, it_lo, it_hi);
 
   /* Global bases (elements). */
   const sdpa_i64 kb = kv_row_offset(b, kv0, k0, hk, p.k_batch, p.k_seq, p.k_head);
@@ -732,8 +771,18 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
         bool full = SDPA_EVEN || (i0 + M <= sq && k0 + N <= skv);
         if (band.right >= 0 && k0 + N - 1 > i0 + band.off + band.right) full = false;
         if (band.left >= 0 && k0 < i0 + M - 1 + band.off - band.left) full = false;
+#if NW == 8
         if (!full) mask_tile(acc_s, s_m, s_n, g, t, band, i0, k0, sq, skv);
-        softmax_tile(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2);
+        softmax_tile<false>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0, k0,
+                            sq, skv);
+#else
+        if (full)
+          softmax_tile<false>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
+                              k0, sq, skv);
+        else
+          softmax_tile<true>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
+                             k0, sq, skv);
+#endif
       }
       float acc_dp[S_TM / 16][S_TN / 8][4];
       zero_acc(acc_dp);
@@ -851,7 +900,7 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   /* ---- dQ hand-off: count into the tiles, convert the completed ones. */
   if (steps > 0 || j == 0) {
     __syncthreads(); /* every thread's last reductions (and reads of P) done */
-    handoff(band, it_lo, it_hi, steps);
+    fold_dq_end(p, smem);
   }
 #endif
 }
