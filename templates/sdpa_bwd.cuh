@@ -90,7 +90,7 @@ __host__ __device__ constexpr int split_rows(int R, int C, int W) {
  * variants (below) keep 16-row warp tiles, the smallest A operand, the
  * others take the split that reads the fewest rows. */
 #ifndef S_WM
-#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1 || SDPA_MASK == 3) && SDPA_WARPS == 8
+#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1 || SDPA_MASK == 3 || SDPA_FOLD_DQ) && SDPA_WARPS == 8
 #define S_WM (M / 16 < NW ? M / 16 : NW)
 #else
 #define S_WM split_rows(M, N, NW)
@@ -98,12 +98,15 @@ __host__ __device__ constexpr int split_rows(int R, int C, int W) {
 #endif
 #define S_WN (NW / S_WM)
 /* Deterministic mode (the ordered dQ hand-off), the single-buffer
- * pipeline (loads issued inside the step) and sliding windows (run-time
- * band bounds; spilled 24 B at hd 128 under THD) spend registers, so with
- * 8 warps they take 16-row warp tiles (the smallest A operands); with 4 warps the
- * shapes above already fit (ptxas-checked, no spills). */
+ * pipeline (loads issued inside the step), sliding windows (run-time
+ * band bounds; spilled 24 B at hd 128 under THD) and the kernels that
+ * write dQ themselves (SDPA_FOLD_DQ, small problems: the out-of-line call
+ * at their end moved the loop's allocation into 4-48 B of spill in some
+ * classes) spend registers, so with 8 warps they take 16-row warp tiles
+ * (the smallest A operands); with 4 warps the shapes above already fit
+ * (ptxas-checked, no spills). */
 #ifndef KV_WN
-#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1 || SDPA_MASK == 3) && SDPA_WARPS == 8
+#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1 || SDPA_MASK == 3 || SDPA_FOLD_DQ) && SDPA_WARPS == 8
 #define KV_WN (N / 16 < NW ? N / 16 : NW)
 #else
 #define KV_WN split_rows(N, DV, NW) /* dK, dV: N x D / N x DV  */
@@ -111,7 +114,7 @@ __host__ __device__ constexpr int split_rows(int R, int C, int W) {
 #endif
 #define KV_WD (NW / KV_WN)
 #ifndef Q_WM
-#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1 || SDPA_MASK == 3) && SDPA_WARPS == 8
+#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1 || SDPA_MASK == 3 || SDPA_FOLD_DQ) && SDPA_WARPS == 8
 #define Q_WM (M / 16 < NW ? M / 16 : NW)
 #else
 #define Q_WM split_rows(M, D, NW)   /* dQ: M x D               */
@@ -456,7 +459,7 @@ SDPA_DEVICE void acquire_fence() { asm volatile("fence.acq_rel.gpu;" ::: "memory
  * passed a barrier after its last reductions and has nothing left to do.
  * Out of line, recomputing the CTA's work from its block index and a copy
  * of the parameters, so that nothing stays live across the main loop for
- * it (the loop's registers are as without it). */
+ * it. */
 __device__ __noinline__ void fold_dq_end(const sdpa_kernel_params p, unsigned char *smem) {
   Handoff o;
   decode_block(p, o.j, o.b, o.hk);
@@ -897,10 +900,10 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
     }
 
 #if SDPA_FOLD_DQ
-  /* ---- dQ hand-off: count into the tiles, convert the completed ones. */
-  if (steps > 0 || j == 0) {
-    __syncthreads(); /* every thread's last reductions (and reads of P) done */
-    fold_dq_end(p, smem);
-  }
+  /* ---- dQ hand-off: count into the tiles, convert the completed ones
+   * (called by every CTA: a condition on its state would keep that state
+   * live across the loop). */
+  __syncthreads(); /* every thread's last reductions (and reads of P) done */
+  fold_dq_end(p, smem);
 #endif
 }
