@@ -100,8 +100,8 @@ __host__ __device__ constexpr int split_rows(int R, int C, int W) {
 /* Deterministic mode (the ordered dQ hand-off), the single-buffer
  * pipeline (loads issued inside the step), sliding windows (run-time
  * band bounds; spilled 24 B at hd 128 under THD) and the kernels that
- * write dQ themselves (SDPA_FOLD_DQ, small problems: the out-of-line call
- * at their end moved the loop's allocation into 4-48 B of spill in some
+ * write dQ themselves (SDPA_FOLD_DQ, small problems: the hand-off at
+ * their end moved the loop's allocation into 4-48 B of spill in some
  * classes) spend registers, so with 8 warps they take 16-row warp tiles
  * (the smallest A operands); with 4 warps the shapes above already fit
  * (ptxas-checked, no spills). */
@@ -457,10 +457,17 @@ SDPA_DEVICE void acquire_fence() { asm volatile("fence.acq_rel.gpu;" ::: "memory
  * kv-tile order, its semaphore chain having ordered the others); the
  * step list lives in P's shared memory, free by now. The caller has
  * passed a barrier after its last reductions and has nothing left to do.
- * Out of line, recomputing the CTA's work from its block index and a copy
- * of the parameters, so that nothing stays live across the main loop for
- * it. */
+ * It recomputes the CTA's work from its block index and the parameters,
+ * so that nothing stays live across the main loop for it. Inline with 8
+ * warps (as a call it took registers from the whole kernel: 4-36 B of
+ * spill in six fp16 classes); out of line with 4 warps, whose 128-register
+ * dK/dV accumulators left no room for it inline (4-44 B in eleven hd 256
+ * classes). Both forms were swept over every class without a spill. */
+#if NW == 8
+SDPA_DEVICE void fold_dq_end(const sdpa_kernel_params &p, unsigned char *smem) {
+#else
 __device__ __noinline__ void fold_dq_end(const sdpa_kernel_params p, unsigned char *smem) {
+#endif
   Handoff o;
   decode_block(p, o.j, o.b, o.hk);
   sdpa_i64 q0, kv0;
