@@ -20,7 +20,7 @@ echo "== preheat"
 ./build/sdpa-jit preheat -j "$jobs"
 echo "== cache"
 ./build/sdpa-jit stats
-./build/sdpa-jit ls | head -n 12
+./build/sdpa-jit ls | sed -n 1,12p   # sed reads it all: no SIGPIPE under pipefail
 
 echo "== checked backward"
 set +e
