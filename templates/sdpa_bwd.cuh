@@ -316,6 +316,22 @@ sdpa_bwd_preprocess(const sdpa_kernel_params p) {
 
 /* --------------------------------------------------------------- convert */
 
+/* Writes one lane's share of a 16 x 8 piece of dQ: the four accumulator
+ * values `v` of fragment lane `lane` (sdpa_params.h order) times `scale`,
+ * at rows r0 + lane/4 and r0 + lane/4 + 8 (those below sq) and columns
+ * piece*8 + 2*(lane%4) and the next. */
+SDPA_DEVICE void store_dq_piece(u16 *dq, sdpa_i64 dq_seq, int r0, int piece, int lane,
+                                const float (&v)[4], int sq, float scale) {
+  const int col = piece * 8 + 2 * (lane & 3);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int row = r0 + (lane >> 2) + 8 * hf;
+    if (row < sq)
+      *(u32 *)(dq + (sdpa_i64)row * dq_seq + col) =
+          pack2<DT>(v[2 * hf] * scale, v[2 * hf + 1] * scale);
+  }
+}
+
 /* One CTA per (16-row block of a sequence, head), grid.x = q_blocks *
  * batch * heads_q: dq = dtype(dQacc * scale), reading the block's
  * fragment-ordered pieces (one 16 x 8 piece per 32 threads). */
@@ -347,14 +363,7 @@ sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) v[e] = src[piece * 128 + frag_at(lane, e)];
 #endif
-    const int col = piece * 8 + 2 * (lane & 3);
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int row = r0 + (lane >> 2) + 8 * hf;
-      if (row < sq)
-        *(u32 *)(dq + (sdpa_i64)row * p.dq_seq + col) =
-            pack2<DT>(v[2 * hf] * p.scale, v[2 * hf + 1] * p.scale);
-    }
+    store_dq_piece(dq, p.dq_seq, r0, piece, lane, v, sq, p.scale);
   }
 }
 
@@ -374,16 +383,14 @@ SDPA_DEVICE int kv_visitors(const Band &band, int it, int sq, int skv, int &firs
   return kmin <= kmax ? kmax / N - kmin / N + 1 : 0;
 }
 
-/* What the dQ hand-off needs of the parameter block and of one main-kernel
- * CTA (sequence b, kv tile j, kv head hk). */
-struct Handoff {
-  float *dq_accum;
-  u16 *dq;         /* dq of sequence b, head 0                          */
-  sdpa_i32 *counters;
-  sdpa_i64 dq_seq, dq_head, blk0, blk_elems;
-  int heads_q, group, q_tiles, batch;
-  float scale;
+/* One main-kernel CTA's work, as the dQ hand-off recomputes it: kv tile
+ * j of sequence b (first query token q0, first dq_accum block blk0, dq of
+ * its head 0), kv head hk, query tiles [it_lo, it_hi] of each of the
+ * group's heads (`steps` in all). */
+struct CtaWork {
   int b, j, hk, sq, skv, it_lo, it_hi, steps;
+  sdpa_i64 blk0;
+  u16 *dq;
   Band band;
 };
 
@@ -391,7 +398,7 @@ struct Handoff {
  * the tile's fragment-ordered 16-row blocks from L2 (.cg: other CTAs'
  * reductions, not this SM's L1) with up to 8 units a thread in flight;
  * rows >= sq are skipped. Every reduction into the tile is visible. */
-SDPA_DEVICE void convert_tile(const Handoff &o, int h, int it) {
+SDPA_DEVICE void convert_tile(const sdpa_kernel_params &p, const CtaWork &w, int h, int it) {
   constexpr int UNITS = M * D / 4; /* float4 pieces: 32 per 16 x 8 piece */
   static_assert(UNITS % NT == 0, "dQ tile pieces must split over the block");
   constexpr int PER = UNITS / NT;
@@ -399,8 +406,9 @@ SDPA_DEVICE void convert_tile(const Handoff &o, int h, int it) {
    * runs after the main loop, when registers are free). */
   constexpr int CHUNK = PER % 8 == 0 ? 8 : PER % 4 == 0 ? 4 : PER % 2 == 0 ? 2 : 1;
   const int i0 = it * M;
-  const float *src = o.dq_accum + (o.blk0 + i0 / 16) * o.blk_elems + (sdpa_i64)h * (D * 16);
-  u16 *dq = o.dq + (sdpa_i64)h * o.dq_head;
+  const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
+  const float *src = p.dq_accum + (w.blk0 + i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
+  u16 *dq = w.dq + (sdpa_i64)h * p.dq_head;
 #pragma unroll 1
   for (int c0 = 0; c0 < PER; c0 += CHUNK) {
     float v[CHUNK][4];
@@ -408,8 +416,8 @@ SDPA_DEVICE void convert_tile(const Handoff &o, int h, int it) {
     for (int u = 0; u < CHUNK; ++u) {
       const int unit = (c0 + u) * NT + threadIdx.x;
       const int mb = unit / (D * 4), piece = (unit % (D * 4)) >> 5, lane = unit & 31;
-      const float *at = src + mb * o.blk_elems + piece * 128;
-      if (SDPA_EVEN || i0 + mb * 16 < o.sq) {
+      const float *at = src + mb * blk_elems + piece * 128;
+      if (SDPA_EVEN || i0 + mb * 16 < w.sq) {
 #if __CUDA_ARCH__ >= 900
         asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
                      : "=f"(v[u][0]), "=f"(v[u][1]), "=f"(v[u][2]), "=f"(v[u][3])
@@ -425,14 +433,7 @@ SDPA_DEVICE void convert_tile(const Handoff &o, int h, int it) {
     for (int u = 0; u < CHUNK; ++u) {
       const int unit = (c0 + u) * NT + threadIdx.x;
       const int mb = unit / (D * 4), piece = (unit % (D * 4)) >> 5, lane = unit & 31;
-      const int col = piece * 8 + 2 * (lane & 3);
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int row = i0 + mb * 16 + (lane >> 2) + 8 * hf;
-        if (SDPA_EVEN || row < o.sq)
-          *(u32 *)(dq + (sdpa_i64)row * o.dq_seq + col) =
-              pack2<DT>(v[u][2 * hf] * o.scale, v[u][2 * hf + 1] * o.scale);
-      }
+      store_dq_piece(dq, p.dq_seq, i0 + mb * 16, piece, lane, v[u], w.sq, p.scale);
     }
   }
 }
@@ -468,60 +469,50 @@ SDPA_DEVICE void fold_dq_end(const sdpa_kernel_params &p, unsigned char *smem) {
 #else
 __device__ __noinline__ void fold_dq_end(const sdpa_kernel_params p, unsigned char *smem) {
 #endif
-  Handoff o;
-  decode_block(p, o.j, o.b, o.hk);
+  CtaWork w;
+  decode_block(p, w.j, w.b, w.hk);
   sdpa_i64 q0, kv0;
-  if (!sequence_bounds(p, o.b, q0, kv0, o.sq, o.skv, false)) return; /* main flagged it */
-  o.band = make_band(p, o.sq, o.skv);
-  const int k0 = o.j * N;
-  o.it_lo = 0;
-  o.it_hi = -1;
-  if (k0 < o.skv)
-    query_tile_range(o.band, k0, o.skv - k0 < N ? o.skv - k0 : N, o.sq, o.it_lo, o.it_hi);
-  o.steps = o.it_hi >= o.it_lo ? (o.it_hi - o.it_lo + 1) * p.group : 0;
-  o.dq_accum = p.dq_accum;
+  if (!sequence_bounds(p, w.b, q0, kv0, w.sq, w.skv, false)) return; /* main flagged it */
+  w.band = make_band(p, w.sq, w.skv);
+  const int k0 = w.j * N;
+  w.it_lo = 0;
+  w.it_hi = -1;
+  if (k0 < w.skv)
+    query_tile_range(w.band, k0, w.skv - k0 < N ? w.skv - k0 : N, w.sq, w.it_lo, w.it_hi);
+  w.steps = w.it_hi >= w.it_lo ? (w.it_hi - w.it_lo + 1) * p.group : 0;
+  w.blk0 = dq_block_base(p, w.b, q0);
 #if SDPA_LAYOUT == 1
-  o.dq = (u16 *)p.dq + (sdpa_i64)o.b * p.dq_batch;
+  w.dq = (u16 *)p.dq + (sdpa_i64)w.b * p.dq_batch;
 #else
-  o.dq = (u16 *)p.dq + q0 * p.dq_seq;
+  w.dq = (u16 *)p.dq + q0 * p.dq_seq;
 #endif
-  o.counters = p.semaphores;
-  o.dq_seq = p.dq_seq;
-  o.dq_head = p.dq_head;
-  o.blk0 = dq_block_base(p, o.b, q0);
-  o.blk_elems = (sdpa_i64)p.heads_q * (D * 16);
-  o.heads_q = p.heads_q;
-  o.group = p.group;
-  o.q_tiles = p.q_tiles;
-  o.batch = p.batch;
-  o.scale = p.scale;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int first;
-  if (o.j == 0)
-    for (int it = warp; it * M < o.sq; it += NW) {
-      if (kv_visitors(o.band, it, o.sq, o.skv, first) > 0) continue;
-      const int rows = min(M, o.sq - it * M);
-      for (int h = o.hk * o.group; h < (o.hk + 1) * o.group; ++h)
+  if (w.j == 0)
+    for (int it = warp; it * M < w.sq; it += NW) {
+      if (kv_visitors(w.band, it, w.sq, w.skv, first) > 0) continue;
+      const int rows = min(M, w.sq - it * M);
+      for (int h = w.hk * p.group; h < (w.hk + 1) * p.group; ++h)
         for (int c = lane; c < rows * (D / 2); c += 32) {
           const int r = c / (D / 2), k = (c - r * (D / 2)) * 2;
-          *(u32 *)(o.dq + h * o.dq_head + (sdpa_i64)(it * M + r) * o.dq_seq + k) = 0u;
+          *(u32 *)(w.dq + h * p.dq_head + (sdpa_i64)(it * M + r) * p.dq_seq + k) = 0u;
         }
     }
   static_assert(M * LD_N * 2 >= (NT + 1) * 4, "the step list fits in P's space");
   int *list = (int *)(smem + SMEM_P); /* [0] count, then steps */
-  const int span = o.it_hi - o.it_lo + 1;
-  for (int base = 0; base < o.steps; base += NT) {
+  const int span = w.it_hi - w.it_lo + 1;
+  for (int base = 0; base < w.steps; base += NT) {
     if (threadIdx.x == 0) list[0] = 0;
     __syncthreads();
     const int s = base + threadIdx.x;
-    if (s < o.steps) {
-      const int sh = o.hk * o.group + s / span, sit = o.it_lo + s % span;
-      const int visitors = kv_visitors(o.band, sit, o.sq, o.skv, first);
+    if (s < w.steps) {
+      const int sh = w.hk * p.group + s / span, sit = w.it_lo + s % span;
+      const int visitors = kv_visitors(w.band, sit, w.sq, w.skv, first);
 #if SDPA_DETERMINISTIC
-      const bool mine = o.j == first + visitors - 1;
+      const bool mine = w.j == first + visitors - 1;
 #else
-      sdpa_i32 *counter = o.counters + ((sdpa_i64)sh * o.batch + o.b) * o.q_tiles + sit;
+      sdpa_i32 *counter = p.semaphores + ((sdpa_i64)sh * p.batch + w.b) * p.q_tiles + sit;
       const bool mine = arrive(counter) + 1 == visitors;
       if (mine) acquire_fence(); /* the other visitors' reductions */
 #endif
@@ -531,7 +522,7 @@ __device__ __noinline__ void fold_dq_end(const sdpa_kernel_params p, unsigned ch
     const int n = list[0];
     for (int k = 0; k < n; ++k) {
       const int s2 = list[1 + k];
-      convert_tile(o, o.hk * o.group + s2 / span, o.it_lo + s2 % span);
+      convert_tile(p, w, w.hk * p.group + s2 / span, w.it_lo + s2 % span);
     }
     __syncthreads();
   }
