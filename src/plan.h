@@ -91,13 +91,13 @@ sdpa_status sdpa_desc_resolve(const sdpa_bwd_desc *desc, int arch,
 sdpa_status sdpa_config_select(const sdpa_bwd_desc *resolved,
                                sdpa_kernel_config *out);
 
-/* Shared memory the main kernel needs for a configuration. */
 /* Whether the configuration table has a row for `head_dim`, and its head
  * dims as "32, 64, ..." in buf (returned). The table is the one list of
  * supported head dims. */
 int sdpa_config_supports_head_dim(int head_dim);
 const char *sdpa_config_head_dim_list(char *buf, size_t size);
 
+/* Shared memory the main kernel needs for a configuration. */
 int sdpa_config_smem_bytes(int head_dim, int head_dim_v,
                            const sdpa_kernel_config *config);
 

@@ -19,6 +19,14 @@ static sqlite3 *open_rw(const char *path) {
   return sdpa_test_db_open(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
 }
 
+/* Prepares `sql` on `db`, failing the test when SQLite refuses it. */
+static sqlite3_stmt *prepare(sqlite3 *db, const char *sql) {
+  sqlite3_stmt *stmt = NULL;
+  ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &stmt, NULL) == SQLITE_OK, "%s: %s", sql,
+                sqlite3_errmsg(db));
+  return stmt;
+}
+
 void sdpa_test_db_exec(const char *path, const char *sql) {
   sqlite3 *db = open_rw(path);
   char *message = NULL;
@@ -30,8 +38,7 @@ void sdpa_test_db_exec(const char *path, const char *sql) {
 
 int64_t sdpa_test_db_int(const char *path, const char *sql) {
   sqlite3 *db = open_rw(path);
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &stmt, NULL), SQLITE_OK);
+  sqlite3_stmt *stmt = prepare(db, sql);
   ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
   int64_t value = sqlite3_column_int64(stmt, 0);
   sqlite3_finalize(stmt);
@@ -41,9 +48,7 @@ int64_t sdpa_test_db_int(const char *path, const char *sql) {
 
 void sdpa_test_db_check_integrity(const char *path) {
   sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READONLY);
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &stmt, NULL),
-                   SQLITE_OK);
+  sqlite3_stmt *stmt = prepare(db, "PRAGMA integrity_check");
   ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
   ck_assert_str_eq((const char *)sqlite3_column_text(stmt, 0), "ok");
   sqlite3_finalize(stmt);
@@ -52,10 +57,7 @@ void sdpa_test_db_check_integrity(const char *path) {
 
 int sdpa_test_db_flip_cubin(const char *path, const char *key_hash, unsigned char mask) {
   sqlite3 *db = open_rw(path);
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT cubin FROM kernels WHERE key_hash = ?1",
-                                      -1, &stmt, NULL),
-                   SQLITE_OK);
+  sqlite3_stmt *stmt = prepare(db, "SELECT cubin FROM kernels WHERE key_hash = ?1");
   sqlite3_bind_text(stmt, 1, key_hash, -1, SQLITE_STATIC);
   ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
   int size = sqlite3_column_bytes(stmt, 0);
@@ -65,10 +67,7 @@ int sdpa_test_db_flip_cubin(const char *path, const char *key_hash, unsigned cha
   memcpy(bytes, sqlite3_column_blob(stmt, 0), (size_t)size);
   sqlite3_finalize(stmt);
   bytes[size / 2] ^= mask;
-  ck_assert_int_eq(sqlite3_prepare_v2(db,
-                                      "UPDATE kernels SET cubin = ?1 WHERE key_hash = ?2",
-                                      -1, &stmt, NULL),
-                   SQLITE_OK);
+  stmt = prepare(db, "UPDATE kernels SET cubin = ?1 WHERE key_hash = ?2");
   sqlite3_bind_blob(stmt, 1, bytes, size, SQLITE_STATIC);
   sqlite3_bind_text(stmt, 2, key_hash, -1, SQLITE_STATIC);
   ck_assert_int_eq(sqlite3_step(stmt), SQLITE_DONE);
@@ -81,12 +80,8 @@ int sdpa_test_db_flip_cubin(const char *path, const char *key_hash, unsigned cha
 
 void sdpa_test_db_set_age(const char *path, const char *key_hash, int64_t age) {
   sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE);
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_prepare_v2(db,
-                                      "UPDATE kernels SET last_used = ?1, "
-                                      "created = ?1 WHERE key_hash = ?2",
-                                      -1, &stmt, NULL),
-                   SQLITE_OK);
+  sqlite3_stmt *stmt = prepare(db, "UPDATE kernels SET last_used = ?1, created = ?1 "
+                                      "WHERE key_hash = ?2");
   sqlite3_bind_int64(stmt, 1, (int64_t)time(NULL) - age);
   sqlite3_bind_text(stmt, 2, key_hash, -1, SQLITE_STATIC);
   ck_assert_int_eq(sqlite3_step(stmt), SQLITE_DONE);
@@ -97,12 +92,7 @@ void sdpa_test_db_set_age(const char *path, const char *key_hash, int64_t age) {
 
 int sdpa_test_db_has_row(const char *path, const char *key_hash) {
   sqlite3 *db = sdpa_test_db_open(path, SQLITE_OPEN_READWRITE);
-  sqlite3_stmt *stmt = NULL;
-  ck_assert_int_eq(sqlite3_prepare_v2(db,
-                                      "SELECT count(*) FROM kernels WHERE "
-                                      "key_hash = ?1",
-                                      -1, &stmt, NULL),
-                   SQLITE_OK);
+  sqlite3_stmt *stmt = prepare(db, "SELECT count(*) FROM kernels WHERE key_hash = ?1");
   sqlite3_bind_text(stmt, 1, key_hash, -1, SQLITE_STATIC);
   ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
   int found = sqlite3_column_int(stmt, 0);
