@@ -409,6 +409,38 @@ static sdpa_status choose_dq_writer(sdpa_bwd_plan *plan, size_t dq_accum_bytes) 
   return SDPA_STATUS_SUCCESS;
 }
 
+/* Blocks a group of the masked launch order aims at (sdpa_bwd.cuh,
+ * decode_block): about two waves of a 132-SM part at one block per SM.
+ * Fewer, and a group's heaviest kv tiles start while the last group's
+ * light ones finish (a tail); more, and the tiles in flight span more
+ * heads' Q, dO and dQ accumulator than L2 holds (bench/NOTES.md). */
+#define ORDER_GROUP_BLOCKS 256
+
+/* (sequence, kv head) pairs per group of the masked launch order:
+ * ORDER_GROUP_BLOCKS worth of kv tiles, or SDPA_JIT_ORDER_GROUP (tuning
+ * and testing: any positive count; the grid is the same). */
+static sdpa_status launch_order_group(const sdpa_bwd_desc *d,
+                                      const sdpa_kernel_config *c, int *out) {
+  const int64_t kv_tiles = (d->seqlen_kv + c->kv_tile - 1) / c->kv_tile;
+  const int64_t pairs = (int64_t)d->batch * d->heads_kv;
+  int64_t group = kv_tiles < 1 ? 1 : (ORDER_GROUP_BLOCKS + kv_tiles - 1) / kv_tiles;
+  const char *env = getenv("SDPA_JIT_ORDER_GROUP");
+  if (env && *env) {
+    char *end = NULL;
+    const long v = strtol(env, &end, 10);
+    if (*end || v < 1 || v > INT32_MAX)
+      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                            "SDPA_JIT_ORDER_GROUP = \"%s\" is not valid: expected "
+                            "a count of (sequence, kv head) pairs from 1 to %d, "
+                            "or unset",
+                            env, INT32_MAX);
+    group = v;
+  }
+  if (group > pairs) group = pairs;
+  *out = group < 1 ? 1 : (int)group;
+  return SDPA_STATUS_SUCCESS;
+}
+
 /* Fills the plan's kernel parameter block (all but the call's pointers
  * and THD token totals) and launch grids; NOT_SUPPORTED when a grid
  * exceeds the launch limits (x < 2^31, y < 2^16) at the plan's bounds. */
@@ -441,6 +473,8 @@ static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
   p->q_blocks = (d->seqlen_q + 15) / 16;
   p->window_left = d->window_left; /* -1 unless a sliding window */
   p->window_right = d->window_right;
+  sdpa_status st = launch_order_group(d, c, &p->order_group);
+  if (st) return st;
   p->scale = d->scale;
   p->scale_log2 = d->scale * 1.4426950408889634f;
 

@@ -238,10 +238,15 @@ SDPA_DEVICE sdpa_i64 dq_block_base(const sdpa_kernel_params &p, int b, sdpa_i64 
 #endif
 }
 
-/* The main kernel's block: kv tile j of sequence b, kv head hk. Under a
- * mask the kv tiles differ in work (causal: tile 0 sees every query
- * tile), so the launch order runs kv tile j of every (sequence, head)
- * before tile j+1: heaviest first, no long CTA left for the end. */
+/* The main kernel's block: kv tile j of sequence b, kv head hk. Without
+ * a mask every kv tile of a (sequence, head) walks the same query tiles
+ * in step, so the launch runs them side by side and each Q/dO tile is
+ * read from DRAM once. Under a mask the kv tiles differ in work (causal:
+ * tile 0 sees every query tile), so within a group of p.order_group
+ * (sequence, kv head) pairs the launch runs kv tile j of each pair
+ * before tile j+1 (heaviest first, no long CTA left for the end), and the
+ * groups follow each other: the tiles in flight belong to a few heads,
+ * whose Q, dO and dQ accumulator stay in L2. */
 SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &hk) {
   const int kv_tiles = (p.seqlen_kv + N - 1) / N;
 #if SDPA_MASK == 0
@@ -249,13 +254,22 @@ SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &
   b = blockIdx.x / kv_tiles;
   hk = blockIdx.y;
 #else
-  (void)kv_tiles;
-  const sdpa_i64 flat = (sdpa_i64)blockIdx.y * gridDim.x + blockIdx.x;
-  const sdpa_i64 per_tile = (sdpa_i64)p.batch * p.heads_kv;
-  j = (int)(flat / per_tile);
-  const int r_bh = (int)(flat % per_tile);
-  b = r_bh / p.heads_kv;
-  hk = r_bh % p.heads_kv;
+  /* The block index read afresh (volatile): the dQ hand-off after the
+   * loop decodes again, and a decode shared with the start would keep its
+   * values live across the loop (spills at 255 registers). */
+  unsigned bx, by;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(bx));
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(by));
+  const sdpa_i64 flat = (sdpa_i64)by * gridDim.x + bx;
+  const sdpa_i64 pairs = (sdpa_i64)p.batch * p.heads_kv;
+  const sdpa_i64 span = (sdpa_i64)p.order_group * kv_tiles;
+  const sdpa_i64 group = flat / span, first = group * p.order_group;
+  const int members = (int)min((sdpa_i64)p.order_group, pairs - first);
+  const int r = (int)(flat - group * span); /* < span <= grid x */
+  j = r / members;
+  const sdpa_i64 pair = first + r % members;
+  b = (int)(pair / p.heads_kv);
+  hk = (int)(pair % p.heads_kv);
 #endif
 }
 

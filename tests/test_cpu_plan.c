@@ -643,6 +643,46 @@ START_TEST(dq_writer) {
 }
 END_TEST
 
+/* The masked launch order's groups: about 256 blocks of kv tiles, at
+ * most every (sequence, kv head) pair, or SDPA_JIT_ORDER_GROUP. */
+START_TEST(launch_order_group) {
+  sdpa_bwd_desc d = good(); /* 2 sequences x 8 kv heads: 16 pairs */
+  d.arch = 90;
+  d.seqlen_q = d.seqlen_kv = 16384;
+  sdpa_bwd_plan *plan = make(&d);
+  ck_assert_int_eq(plan->fields.config.kv_tile, 128);
+  ck_assert_int_eq(plan->params.order_group, 2); /* 128 kv tiles a pair */
+  sdpa_bwd_plan_destroy(plan);
+  d.seqlen_kv = 16384 + 1; /* 129 tiles: still 2 pairs (258 blocks) */
+  plan = make(&d);
+  ck_assert_int_eq(plan->params.order_group, 2);
+  sdpa_bwd_plan_destroy(plan);
+  d.seqlen_kv = 40000; /* 313 tiles: one pair a group */
+  plan = make(&d);
+  ck_assert_int_eq(plan->params.order_group, 1);
+  sdpa_bwd_plan_destroy(plan);
+  d.seqlen_q = d.seqlen_kv = 1024; /* 8 tiles: 32 pairs wanted, 16 exist */
+  plan = make(&d);
+  ck_assert_int_eq(plan->params.order_group, 16);
+  sdpa_bwd_plan_destroy(plan);
+
+  ck_assert_int_eq(setenv("SDPA_JIT_ORDER_GROUP", "3", 1), 0);
+  plan = make(&d);
+  ck_assert_int_eq(plan->params.order_group, 3);
+  sdpa_bwd_plan_destroy(plan);
+  ck_assert_int_eq(setenv("SDPA_JIT_ORDER_GROUP", "99", 1), 0);
+  plan = make(&d);
+  ck_assert_int_eq(plan->params.order_group, 16);
+  sdpa_bwd_plan_destroy(plan);
+  const char *bad[] = {"0", "-2", "4x", "x"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    ck_assert_int_eq(setenv("SDPA_JIT_ORDER_GROUP", bad[i], 1), 0);
+    REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_ORDER_GROUP", "from 1 to");
+  }
+  unsetenv("SDPA_JIT_ORDER_GROUP");
+}
+END_TEST
+
 START_TEST(runtime_options) {
   sdpa_runtime_options opts;
   ck_assert_int_eq(sdpa_runtime_options_init(&opts, SDPA_RUNTIME_OPTIONS_VERSION),
@@ -718,6 +758,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(tr, workspace_bshd);
   tcase_add_test(tr, workspace_thd);
   tcase_add_test(tr, dq_writer);
+  tcase_add_test(tr, launch_order_group);
   tcase_add_test(tr, runtime_options);
   tcase_add_test(tr, desc_arch_overrides_runtime);
   suite_add_tcase(s, tr);

@@ -553,6 +553,18 @@ START_TEST(matrix_convert_kernel) {
 }
 END_TEST
 
+/* Every third case with the masked launch order in groups of 3 (sequence,
+ * kv head) pairs: the matrix's problems are short, so by default one
+ * group holds every pair; here most have several groups and a smaller
+ * last one, and no kv tile may be missed or run twice. */
+START_TEST(matrix_launch_groups) {
+  ck_assert_int_eq(setenv("SDPA_JIT_ORDER_GROUP", "3", 1), 0);
+  int failures = run_matrix(3, "matrix, launch order in groups of 3 pairs");
+  unsetenv("SDPA_JIT_ORDER_GROUP");
+  ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ sweep */
 
 static uint64_t fresh_seed(void) {
@@ -1082,6 +1094,7 @@ static Suite *gpu_suite(void) {
   TCase *numerics = tcase_create("numerics");
   tcase_add_test(numerics, matrix);
   tcase_add_test(numerics, matrix_convert_kernel);
+  tcase_add_test(numerics, matrix_launch_groups);
   tcase_add_test(numerics, deterministic_is_bitwise);
   tcase_add_test(numerics, random_sweep);
   suite_add_tcase(s, numerics);
