@@ -20,8 +20,13 @@ where a backend refuses it, with K/V expanded by repeat_interleave (marked
 '*': that backward includes the group sum). THD runs torch's flash on nested
 (jagged) tensors (cuDNN has no nested-tensor path: 'n/a').
 
+--memory picks the BSHD cases' memory order: bhsd (default: contiguous
+[B, H, S, D] tensors) or bshd (contiguous [B, S, H, D] viewed as
+[B, H, S, D], as after a projection and a transpose).
+
   python3 bench/compare_torch.py --lib build/libsdpa_jit.so [--quick]
-      [--dtype bf16|fp16] [--hd 64|128] [--runs N] [--csv FILE]
+      [--dtype bf16|fp16] [--hd 64|128] [--seq S] [--memory bhsd|bshd]
+      [--runs N] [--csv FILE]
 """
 import argparse
 import ctypes
@@ -301,16 +306,24 @@ def _ours(jit, runtime, desc, q, k, v, o, dout, lse, dq, dk, dv, cu, total_q, to
     return execute, dq, dk, dv
 
 
-def run_bshd(jit, runtime, c, runs):
+def run_bshd(jit, runtime, c, runs, memory):
     import torch
     from torch.nn.attention import SDPBackend
     dtype = torch.bfloat16 if c["dtype"] == "bf16" else torch.float16
     b, h, hkv, s, d = c["batch"], c["heads_q"], c["heads_kv"], c["seqlen"], c["head_dim"]
     gen = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(b, h, s, d, dtype=dtype, device="cuda", generator=gen).requires_grad_()
-    k = torch.randn(b, hkv, s, d, dtype=dtype, device="cuda", generator=gen).requires_grad_()
-    v = torch.randn(b, hkv, s, d, dtype=dtype, device="cuda", generator=gen).requires_grad_()
-    dout = torch.randn(b, h, s, d, dtype=dtype, device="cuda", generator=gen)
+
+    def randn(heads):
+        """A [b, heads, s, d] tensor in the chosen memory order."""
+        if memory == "bshd":
+            x = torch.randn(b, s, heads, d, dtype=dtype, device="cuda", generator=gen)
+            return x.transpose(1, 2)
+        return torch.randn(b, heads, s, d, dtype=dtype, device="cuda", generator=gen)
+
+    q = randn(h).requires_grad_()
+    k = randn(hkv).requires_grad_()
+    v = randn(hkv).requires_grad_()
+    dout = randn(h)
     row = {"flash": None, "cudnn": None, "ours": None, "check": "", "note": ""}
     flash_grads, o = None, None
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -431,12 +444,12 @@ def grid(args):
                 continue
             for causal in (False, True):
                 for s in (1024, 2048, 4096, 8192, 16384):
-                    if args.quick and s not in (2048, 8192):
+                    if (args.quick and s not in (2048, 8192)) or (args.seq and s != args.seq):
                         continue
                     cases.append(dict(name=f"{dtype} bshd S{s // 1024}k hd{hd} {'causal' if causal else 'full'}",
                                       dtype=dtype, layout="bshd", batch=16384 // s, heads_q=2048 // hd,
                                       heads_kv=2048 // hd, seqlen=s, head_dim=hd, causal=causal, tol=tol))
-        if not args.hd or args.hd == 128:
+        if (not args.hd or args.hd == 128) and not args.seq:
             for causal in (False, True):
                 tag = "causal" if causal else "full"
                 cases.append(dict(name=f"{dtype} gqa64/8 S4k hd128 {tag}", dtype=dtype, layout="bshd",
@@ -454,6 +467,9 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dtype", choices=["bf16", "fp16"])
     ap.add_argument("--hd", type=int, choices=[64, 128])
+    ap.add_argument("--seq", type=int, help="only the BSHD cases of this sequence length")
+    ap.add_argument("--memory", choices=["bhsd", "bshd"], default="bhsd",
+                    help="memory order of the BSHD cases' tensors")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--csv")
     args = ap.parse_args()
@@ -468,7 +484,8 @@ def main():
     runtime = jit.runtime()
     cache = jit.lib.sdpa_runtime_cache_path(runtime)
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
-          f"sdpa-jit {jit.lib.sdpa_version().decode()}; cache {cache.decode() if cache else '(memory)'}")
+          f"sdpa-jit {jit.lib.sdpa_version().decode()}; cache {cache.decode() if cache else '(memory)'}; "
+          f"BSHD cases in {args.memory} memory order")
 
     def tf(c, ms):
         return case_flops(c) / (ms * 1e-3) / 1e12 if ms else None
@@ -485,7 +502,7 @@ def main():
     failures = 0
     for c in grid(args):
         try:
-            row = run_thd(jit, runtime, c, runs) if c["layout"] == "thd" else run_bshd(jit, runtime, c, runs)
+            row = run_thd(jit, runtime, c, runs) if c["layout"] == "thd" else run_bshd(jit, runtime, c, runs, args.memory)
         except RuntimeError as e:
             failures += 1
             print(f"{c['name']:<30} FAILED: {str(e).splitlines()[0]}")

@@ -162,6 +162,11 @@ static_assert(D % 32 == 0 && DV % 32 == 0 && DV <= D, "head dims");
 #endif
 
 /* Band of visible keys for one sequence. */
+/* A compile-time flag passed to generic lambdas. */
+template <bool B> struct Flag {
+  static constexpr bool value = B;
+};
+
 struct Band {
   int off, left, right; /* left/right < 0: unbounded */
 };
@@ -546,12 +551,13 @@ __device__ __noinline__ void fold_dq_end(const sdpa_kernel_params p, unsigned ch
 
 /* Copies a [ROWS x COLS] tile (global row stride `stride` elements) into
  * shared memory at byte address `s` with row stride COLS+8, in 16-byte
- * cp.async chunks; rows >= valid are zero-filled. When the block's
+ * cp.async chunks; rows >= valid are zero-filled (WHOLE: none are, the
+ * check is left out). When the block's
  * threads tile a row's chunks evenly (COLS/8 divides NT) each thread keeps
  * one column and steps by whole rows with no divisions;
  * otherwise (head dims 96, 192) a plain loop hands chunk c to thread
  * c % NT, which costs fewer registers than unrolling it. */
-template <int ROWS, int COLS>
+template <int ROWS, int COLS, bool WHOLE = SDPA_EVEN>
 SDPA_DEVICE void copy_tile(u32 s, const u16 *g, sdpa_i64 stride, int valid) {
   constexpr int CH = COLS / 8;
   if (NT % CH == 0) {
@@ -567,7 +573,7 @@ SDPA_DEVICE void copy_tile(u32 s, const u16 *g, sdpa_i64 stride, int valid) {
     for (int i = 0; i < PASSES; ++i) {
       const int r = r0 + i * RSTEP;
       if (ROWS % RSTEP == 0 || r < ROWS) {
-        const bool ok = SDPA_EVEN || r < valid;
+        const bool ok = WHOLE || r < valid;
         cp_async16(s + (r * (COLS + 8) + k) * 2, ok ? g0 + i * gstep : g, ok);
       }
     }
@@ -575,7 +581,7 @@ SDPA_DEVICE void copy_tile(u32 s, const u16 *g, sdpa_i64 stride, int valid) {
 #pragma unroll 1
     for (int c = threadIdx.x; c < ROWS * CH; c += NT) {
       const int r = c / CH, k = (c - r * CH) * 8;
-      const bool ok = SDPA_EVEN || r < valid;
+      const bool ok = WHOLE || r < valid;
       cp_async16(s + (r * (COLS + 8) + k) * 2, ok ? g + r * stride + k : g, ok);
     }
   }
@@ -709,9 +715,10 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   const int steps = it_hi >= it_lo ? (it_hi - it_lo + 1) * p.group : 0;
   const sdpa_i64 blk0 = dq_block_base(p, b, q0);
 
-  /* Steps walk (query head, query tile) with the tile fastest. Issues
-   * the loads of step (head lh, tile lit) into `stage`. */
-  auto issue = [&](int lh, int lit, int stage) {
+  /* Issues the loads of step (head lh, tile lit) into `stage`; `whole`:
+   * Flag<true> when the query tile is known to lie inside the sequence. */
+  auto issue = [&](int lh, int lit, int stage, auto whole) {
+    constexpr bool WHOLE = decltype(whole)::value;
     const int i0 = lit * M;
     const int q_valid = sq - i0 < M ? sq - i0 : M;
 #if SDPA_LAYOUT == 1
@@ -723,15 +730,15 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
     const sdpa_i64 dob = (q0 + i0) * p.do_seq + (sdpa_i64)lh * p.do_head;
     const sdpa_i64 lse_b = (sdpa_i64)lh * p.lse_head + q0 * p.lse_seq;
 #endif
-    copy_tile<M, D>(smem0 + SMEM_Q + stage * M * LD_D * 2, (const u16 *)p.q + qb, p.q_seq,
-                    q_valid);
-    copy_tile<M, DV>(smem0 + SMEM_DO + stage * M * LD_DV * 2, (const u16 *)p.dout + dob,
-                     p.do_seq, q_valid);
+    copy_tile<M, D, WHOLE>(smem0 + SMEM_Q + stage * M * LD_D * 2, (const u16 *)p.q + qb,
+                           p.q_seq, q_valid);
+    copy_tile<M, DV, WHOLE>(smem0 + SMEM_DO + stage * M * LD_DV * 2,
+                            (const u16 *)p.dout + dob, p.do_seq, q_valid);
     /* LSE and Delta rows ride in the same cp.async group; rows past the
      * sequence are zero-filled (and masked). */
     if (threadIdx.x < M) {
       const int r = threadIdx.x, i = i0 + r;
-      const bool ok = SDPA_EVEN || i < sq;
+      const bool ok = WHOLE || i < sq;
 #if SDPA_LSE_PACKED
       const float *lse_src = p.lse + lse_b + (ok ? i : 0);
 #else
@@ -744,12 +751,60 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
     cp_async_commit();
   };
 
-  int h = hk * p.group, it = it_lo; /* the step being computed */
-  if (steps > 0) issue(h, it, 0);
-  for (int st = 0; st < steps; ++st) {
+  /* The tile pairs that need element-wise masking (band edges, sequence
+   * ends) run first, in a loop of their own; the rest run in a loop
+   * without the mask code. (In one loop with the mask behind a branch,
+   * the compiler rematerialized shared-memory addresses in every step:
+   * ~70 more instructions a step at hd 128, bench/NOTES.md.) Per head,
+   * the unmasked tiles are one range [u_lo, u_hi] of [it_lo, it_hi]:
+   * the band's right edge masks a prefix, its left edge and a partial
+   * last query tile a suffix, a partial kv tile every tile. */
+  auto unmasked = [&](int qt) {
+    const int q_first = qt * M;
+    bool full = SDPA_EVEN || (q_first + M <= sq && k0 + N <= skv);
+    if (band.right >= 0 && k0 + N - 1 > q_first + band.off + band.right) full = false;
+    if (band.left >= 0 && k0 < q_first + M - 1 + band.off - band.left) full = false;
+    return full;
+  };
+  int u_lo = it_lo, u_hi = it_hi;
+  while (u_lo <= it_hi && !unmasked(u_lo)) ++u_lo;
+  while (u_hi >= u_lo && !unmasked(u_hi)) --u_hi;
+  const int masked_steps = steps > 0 ? (it_hi - it_lo - (u_hi - u_lo)) * p.group : 0;
+
+  /* Step order: every head's masked tiles ([it_lo, u_lo), then
+   * (u_hi, it_hi]), then every head's unmasked ones. (nh, nit) = the
+   * step after (h, it), the last masked step followed by the first
+   * unmasked one. */
+  const int h_first = hk * p.group;
+  auto next_step = [&](auto masking, int st, int h, int it, int &nh, int &nit) {
+    nh = h;
+    nit = it + 1;
+    if (decltype(masking)::value) {
+      if (st + 1 == masked_steps) {
+        nh = h_first;
+        nit = u_lo;
+        return;
+      }
+      if (nit == u_lo) nit = u_hi + 1;
+      if (nit > it_hi) {
+        ++nh;
+        nit = it_lo == u_lo ? u_hi + 1 : it_lo;
+      }
+    } else if (nit > u_hi) {
+      ++nh;
+      nit = u_lo;
+    }
+  };
+
+  int h = h_first; /* the step being computed */
+  int it = masked_steps == 0 ? u_lo : it_lo == u_lo ? u_hi + 1 : it_lo;
+  if (steps > 0) issue(h, it, 0, Flag<SDPA_EVEN>());
+  auto step = [&](int st, auto masking) {
+    constexpr bool MASKED = decltype(masking)::value;
+    constexpr bool WHOLE = SDPA_EVEN || !MASKED; /* tiles inside the sequences */
     const int stage = SDPA_STAGES == 2 ? (st & 1) : 0;
 #if SDPA_STAGES == 1
-    if (st > 0) issue(h, it, 0); /* one buffer: load this step's tiles now */
+    if (st > 0) issue(h, it, 0, Flag<WHOLE>()); /* one buffer: load this step's tiles now */
 #endif
     cp_async_wait<0>();
     __syncthreads();
@@ -759,8 +814,9 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
      * also orders the P/dS writes below after the previous step's
      * reads.) */
     if (st + 1 < steps) {
-      const bool wrap = it == it_hi;
-      issue(wrap ? h + 1 : h, wrap ? it_lo : it + 1, stage ^ 1);
+      int nh, nit;
+      next_step(masking, st, h, it, nh, nit);
+      issue(nh, nit, stage ^ 1, Flag<WHOLE>()); /* unmasked steps follow unmasked ones */
     }
 #endif
 
@@ -782,21 +838,13 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
         zero_acc(acc_s);
         warp_gemm<DT, S_TM, S_TN, D, false, false>(acc_s, sQ + s_m * LD_D, LD_D,
                                                    sK + s_n * LD_D, LD_D);
-        /* Does this tile pair need element-wise masking? */
-        bool full = SDPA_EVEN || (i0 + M <= sq && k0 + N <= skv);
-        if (band.right >= 0 && k0 + N - 1 > i0 + band.off + band.right) full = false;
-        if (band.left >= 0 && k0 < i0 + M - 1 + band.off - band.left) full = false;
 #if NW == 8
-        if (!full) mask_tile(acc_s, s_m, s_n, g, t, band, i0, k0, sq, skv);
+        if (MASKED) mask_tile(acc_s, s_m, s_n, g, t, band, i0, k0, sq, skv);
         softmax_tile<false>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0, k0,
                             sq, skv);
 #else
-        if (full)
-          softmax_tile<false>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
-                              k0, sq, skv);
-        else
-          softmax_tile<true>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
-                             k0, sq, skv);
+        softmax_tile<MASKED>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0, k0,
+                             sq, skv);
 #endif
       }
       float acc_dp[S_TM / 16][S_TN / 8][4];
@@ -868,7 +916,7 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
 #endif
 #pragma unroll
       for (int mi = 0; mi < Q_TM / 16; ++mi)
-        if (SDPA_EVEN || i0 + q_m + mi * 16 < sq) {
+        if (WHOLE || i0 + q_m + mi * 16 < sq) {
 #pragma unroll
           for (int nj = 0; nj < Q_TD / 8; ++nj)
             red_frag(dqa + mi * blk_elems + nj * 128, lane, acc_dq[mi][nj]);
@@ -885,11 +933,15 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
 #if SDPA_STAGES == 1
     __syncthreads(); /* the next step's loads overwrite this step's tiles */
 #endif
-    if (++it > it_hi) {
-      it = it_lo;
-      ++h;
-    }
-  }
+    int nh, nit;
+    next_step(masking, st, h, it, nh, nit);
+    h = nh;
+    it = nit;
+  };
+  int st = 0;
+  if (SDPA_MASK != 0 || !SDPA_EVEN)
+    for (; st < masked_steps; ++st) step(st, Flag<true>());
+  for (; st < steps; ++st) step(st, Flag<false>());
 
   /* ---- epilogue: dK (scaled), dV rows < kv_valid. */
   u16 *dk = (u16 *)p.dk + kv_row_offset(b, kv0, k0, hk, p.dk_batch, p.dk_seq, p.dk_head);
