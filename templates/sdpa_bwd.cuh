@@ -758,7 +758,11 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
    * ~70 more instructions a step at hd 128, bench/NOTES.md.) Per head,
    * the unmasked tiles are one range [u_lo, u_hi] of [it_lo, it_hi]:
    * the band's right edge masks a prefix, its left edge and a partial
-   * last query tile a suffix, a partial kv tile every tile. */
+   * last query tile a suffix, a partial kv tile every tile. The 4-warp
+   * configurations (128 registers of dK/dV accumulators) and the
+   * deterministic kernels keep one loop in the natural order and decide
+   * per step: two loop bodies spilled there. */
+  constexpr bool PEELED = NW == 8 && !SDPA_DETERMINISTIC;
   auto unmasked = [&](int qt) {
     const int q_first = qt * M;
     bool full = SDPA_EVEN || (q_first + M <= sq && k0 + N <= skv);
@@ -767,8 +771,8 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
     return full;
   };
   int u_lo = it_lo, u_hi = it_hi;
-  while (u_lo <= it_hi && !unmasked(u_lo)) ++u_lo;
-  while (u_hi >= u_lo && !unmasked(u_hi)) --u_hi;
+  while (PEELED && u_lo <= it_hi && !unmasked(u_lo)) ++u_lo;
+  while (PEELED && u_hi >= u_lo && !unmasked(u_hi)) --u_hi;
   const int masked_steps = steps > 0 ? (it_hi - it_lo - (u_hi - u_lo)) * p.group : 0;
 
   /* Step order: every head's masked tiles ([it_lo, u_lo), then
@@ -801,7 +805,7 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   if (steps > 0) issue(h, it, 0, Flag<SDPA_EVEN>());
   auto step = [&](int st, auto masking) {
     constexpr bool MASKED = decltype(masking)::value;
-    constexpr bool WHOLE = SDPA_EVEN || !MASKED; /* tiles inside the sequences */
+    constexpr bool WHOLE = SDPA_EVEN || (PEELED && !MASKED); /* tiles inside the sequences */
     const int stage = SDPA_STAGES == 2 ? (st & 1) : 0;
 #if SDPA_STAGES == 1
     if (st > 0) issue(h, it, 0, Flag<WHOLE>()); /* one buffer: load this step's tiles now */
@@ -839,12 +843,18 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
         warp_gemm<DT, S_TM, S_TN, D, false, false>(acc_s, sQ + s_m * LD_D, LD_D,
                                                    sK + s_n * LD_D, LD_D);
 #if NW == 8
-        if (MASKED) mask_tile(acc_s, s_m, s_n, g, t, band, i0, k0, sq, skv);
+        if (PEELED ? MASKED : !unmasked(it))
+          mask_tile(acc_s, s_m, s_n, g, t, band, i0, k0, sq, skv);
         softmax_tile<false>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0, k0,
                             sq, skv);
 #else
-        softmax_tile<MASKED>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0, k0,
-                             sq, skv);
+        if (unmasked(it))
+          softmax_tile<false>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
+                              k0, sq, skv);
+        else
+          softmax_tile<true>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
+                             k0, sq, skv);
+        (void)MASKED;
 #endif
       }
       float acc_dp[S_TM / 16][S_TN / 8][4];
@@ -939,7 +949,7 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
     it = nit;
   };
   int st = 0;
-  if (SDPA_MASK != 0 || !SDPA_EVEN)
+  if (PEELED && (SDPA_MASK != 0 || !SDPA_EVEN))
     for (; st < masked_steps; ++st) step(st, Flag<true>());
   for (; st < steps; ++st) step(st, Flag<false>());
 
