@@ -25,7 +25,10 @@ for step in $steps; do
     jit)
       ./build/bench/bench_jit 2>&1 | tee "$OUT/bench_jit.txt" | tail -20 ;;
     torch)
-      PYTHONUNBUFFERED=1 python3 bench/compare_torch.py --lib build/libsdpa_jit.so 2>&1 | tee "$OUT/compare_torch.txt" | tail -40 ;;
+      for memory in bhsd bshd; do
+        PYTHONUNBUFFERED=1 python3 bench/compare_torch.py --lib build/libsdpa_jit.so \
+          --memory $memory 2>&1 | tee "$OUT/compare_torch_$memory.txt" | tail -40
+      done ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
         CK_FORK=no compute-sanitizer --tool $tool --error-exitcode 99 \

@@ -265,16 +265,18 @@ SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &
   unsigned bx, by;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(bx));
   asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(by));
-  const sdpa_i64 flat = (sdpa_i64)by * gridDim.x + bx;
-  const sdpa_i64 pairs = (sdpa_i64)p.batch * p.heads_kv;
-  const sdpa_i64 span = (sdpa_i64)p.order_group * kv_tiles;
-  const sdpa_i64 group = flat / span, first = group * p.order_group;
-  const int members = (int)min((sdpa_i64)p.order_group, pairs - first);
-  const int r = (int)(flat - group * span); /* < span <= grid x */
-  j = r / members;
-  const sdpa_i64 pair = first + r % members;
-  b = (int)(pair / p.heads_kv);
-  hk = (int)(pair % p.heads_kv);
+  /* 32-bit: the plan keeps the main grid under 2^32 blocks (64-bit
+   * divisions here spilled 4-12 B in the deterministic 4-warp kernels). */
+  const unsigned flat = by * gridDim.x + bx;
+  const unsigned pairs = (unsigned)p.batch * (unsigned)p.heads_kv;
+  const unsigned span = (unsigned)p.order_group * (unsigned)kv_tiles;
+  const unsigned group = flat / span, first = group * (unsigned)p.order_group;
+  const unsigned members = min((unsigned)p.order_group, pairs - first);
+  const unsigned r = flat - group * span;
+  j = (int)(r / members);
+  const unsigned pair = first + r % members;
+  b = (int)(pair / (unsigned)p.heads_kv);
+  hk = (int)(pair % (unsigned)p.heads_kv);
 #endif
 }
 
