@@ -265,18 +265,26 @@ SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &
   unsigned bx, by;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(bx));
   asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(by));
-  /* 32-bit: the plan keeps the main grid under 2^32 blocks (64-bit
-   * divisions here spilled 4-12 B in the deterministic 4-warp kernels). */
-  const unsigned flat = by * gridDim.x + bx;
-  const unsigned pairs = (unsigned)p.batch * (unsigned)p.heads_kv;
-  const unsigned span = (unsigned)p.order_group * (unsigned)kv_tiles;
-  const unsigned group = flat / span, first = group * (unsigned)p.order_group;
-  const unsigned members = min((unsigned)p.order_group, pairs - first);
-  const unsigned r = flat - group * span;
+#if NW == 4
+  /* 32-bit (the plan keeps the main grid under 2^32 blocks): 64-bit
+   * divisions spilled 4-12 B in the deterministic 4-warp kernels. (The
+   * 8-warp kernels keep 64 bits: in 32 their loops, the same instructions
+   * scheduled differently, ran 5-7% slower under a causal mask.) */
+  typedef unsigned index_t, part_t;
+#else
+  typedef sdpa_i64 index_t;
+  typedef int part_t;
+#endif
+  const index_t flat = (index_t)by * gridDim.x + bx;
+  const index_t pairs = (index_t)p.batch * p.heads_kv;
+  const index_t span = (index_t)p.order_group * kv_tiles;
+  const index_t group = flat / span, first = group * p.order_group;
+  const part_t members = (part_t)min((index_t)p.order_group, pairs - first);
+  const part_t r = (part_t)(flat - group * span); /* < span <= grid x */
   j = (int)(r / members);
-  const unsigned pair = first + r % members;
-  b = (int)(pair / (unsigned)p.heads_kv);
-  hk = (int)(pair % (unsigned)p.heads_kv);
+  const index_t pair = first + r % members;
+  b = (int)(pair / p.heads_kv);
+  hk = (int)(pair % p.heads_kv);
 #endif
 }
 
