@@ -416,7 +416,8 @@ static sdpa_status choose_dq_writer(sdpa_bwd_plan *plan, size_t dq_accum_bytes) 
  * heads' Q, dO and dQ accumulator than L2 holds (bench/NOTES.md). */
 #define ORDER_GROUP_BLOCKS 256
 
-/* (sequence, kv head) pairs per group of the masked launch order:
+/* (sequence, kv head) pairs per group of the masked launch order (the
+ * 8-warp kernels; the 4-warp ones run j-major and ignore it):
  * ORDER_GROUP_BLOCKS worth of kv tiles, or SDPA_JIT_ORDER_GROUP (tuning
  * and testing: any positive count; the grid is the same). */
 static sdpa_status launch_order_group(const sdpa_bwd_desc *d,
@@ -443,8 +444,7 @@ static sdpa_status launch_order_group(const sdpa_bwd_desc *d,
 
 /* Fills the plan's kernel parameter block (all but the call's pointers
  * and THD token totals) and launch grids; NOT_SUPPORTED when a grid
- * exceeds the launch limits (x < 2^31, y < 2^16) at the plan's bounds, or
- * the main grid 2^32 - 1 blocks (its block index is decoded in 32 bits). */
+ * exceeds the launch limits (x < 2^31, y < 2^16) at the plan's bounds. */
 static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
   const sdpa_kernel_config *c = &plan->fields.config;
@@ -495,16 +495,6 @@ static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
                           d->batch, d->heads_q, d->heads_kv, d->seqlen_q,
                           d->seqlen_kv, (long long)d->max_total_q,
                           (long long)largest, d->heads_kv, INT32_MAX);
-  if (plan->main_grid_x * d->heads_kv > (int64_t)UINT32_MAX)
-    return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
-                          "desc.batch = %d x desc.heads_kv = %d x %lld kv tiles "
-                          "(desc.seqlen_kv = %d) is %lld main-kernel blocks; at "
-                          "most %lu (2^32 - 1) are possible: split the batch or "
-                          "the heads",
-                          d->batch, d->heads_kv,
-                          (long long)(plan->main_grid_x / d->batch), d->seqlen_kv,
-                          (long long)(plan->main_grid_x * d->heads_kv),
-                          (unsigned long)UINT32_MAX);
   return SDPA_STATUS_SUCCESS;
 }
 

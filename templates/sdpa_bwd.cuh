@@ -251,13 +251,23 @@ SDPA_DEVICE sdpa_i64 dq_block_base(const sdpa_kernel_params &p, int b, sdpa_i64 
  * (sequence, kv head) pairs the launch runs kv tile j of each pair
  * before tile j+1 (heaviest first, no long CTA left for the end), and the
  * groups follow each other: the tiles in flight belong to a few heads,
- * whose Q, dO and dQ accumulator stay in L2. */
+ * whose Q, dO and dQ accumulator stay in L2 (8-warp configurations). */
 SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &hk) {
   const int kv_tiles = (p.seqlen_kv + N - 1) / N;
 #if SDPA_MASK == 0
   j = blockIdx.x % kv_tiles;
   b = blockIdx.x / kv_tiles;
   hk = blockIdx.y;
+#elif NW == 4
+  /* The 4-warp configurations (128 registers of dK/dV accumulators) keep
+   * the plain j-major order: the group arithmetic spilled 4-12 B there. */
+  (void)kv_tiles;
+  const sdpa_i64 flat = (sdpa_i64)blockIdx.y * gridDim.x + blockIdx.x;
+  const sdpa_i64 per_tile = (sdpa_i64)p.batch * p.heads_kv;
+  j = (int)(flat / per_tile);
+  const int r_bh = (int)(flat % per_tile);
+  b = r_bh / p.heads_kv;
+  hk = r_bh % p.heads_kv;
 #else
   /* The block index read afresh (volatile): the dQ hand-off after the
    * loop decodes again, and a decode shared with the start would keep its
@@ -265,24 +275,14 @@ SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &
   unsigned bx, by;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(bx));
   asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(by));
-#if NW == 4
-  /* 32-bit (the plan keeps the main grid under 2^32 blocks): 64-bit
-   * divisions spilled 4-12 B in the deterministic 4-warp kernels. (The
-   * 8-warp kernels keep 64 bits: in 32 their loops, the same instructions
-   * scheduled differently, ran 5-7% slower under a causal mask.) */
-  typedef unsigned index_t, part_t;
-#else
-  typedef sdpa_i64 index_t;
-  typedef int part_t;
-#endif
-  const index_t flat = (index_t)by * gridDim.x + bx;
-  const index_t pairs = (index_t)p.batch * p.heads_kv;
-  const index_t span = (index_t)p.order_group * kv_tiles;
-  const index_t group = flat / span, first = group * p.order_group;
-  const part_t members = (part_t)min((index_t)p.order_group, pairs - first);
-  const part_t r = (part_t)(flat - group * span); /* < span <= grid x */
-  j = (int)(r / members);
-  const index_t pair = first + r % members;
+  const sdpa_i64 flat = (sdpa_i64)by * gridDim.x + bx;
+  const sdpa_i64 pairs = (sdpa_i64)p.batch * p.heads_kv;
+  const sdpa_i64 span = (sdpa_i64)p.order_group * kv_tiles;
+  const sdpa_i64 group = flat / span, first = group * p.order_group;
+  const int members = (int)min((sdpa_i64)p.order_group, pairs - first);
+  const int r = (int)(flat - group * span); /* < span <= grid x */
+  j = r / members;
+  const sdpa_i64 pair = first + r % members;
   b = (int)(pair / p.heads_kv);
   hk = (int)(pair % p.heads_kv);
 #endif
