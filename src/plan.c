@@ -417,14 +417,14 @@ static sdpa_status choose_dq_writer(sdpa_bwd_plan *plan, size_t dq_accum_bytes) 
 #define ORDER_GROUP_BLOCKS 256
 
 /* (sequence, kv head) pairs per group of the masked launch order (the
- * 8-warp kernels; the 4-warp ones run j-major and ignore it):
- * ORDER_GROUP_BLOCKS worth of kv tiles, or SDPA_JIT_ORDER_GROUP (tuning
- * and testing: any positive count; the grid is the same). */
-static sdpa_status launch_order_group(const sdpa_bwd_desc *d,
-                                      const sdpa_kernel_config *c, int *out) {
-  const int64_t kv_tiles = (d->seqlen_kv + c->kv_tile - 1) / c->kv_tile;
+ * 8-warp kernels; the 4-warp ones run j-major and ignore it), for
+ * `kv_tiles` >= 1 kv tiles a pair: ORDER_GROUP_BLOCKS worth of kv tiles,
+ * or SDPA_JIT_ORDER_GROUP (tuning and testing: any positive count; the
+ * grid is the same); at most every pair. */
+static sdpa_status launch_order_group(const sdpa_bwd_desc *d, int64_t kv_tiles,
+                                      int *out) {
   const int64_t pairs = (int64_t)d->batch * d->heads_kv;
-  int64_t group = kv_tiles < 1 ? 1 : (ORDER_GROUP_BLOCKS + kv_tiles - 1) / kv_tiles;
+  int64_t group = (ORDER_GROUP_BLOCKS + kv_tiles - 1) / kv_tiles;
   const char *env = getenv("SDPA_JIT_ORDER_GROUP");
   if (env && *env) {
     char *end = NULL;
@@ -437,8 +437,7 @@ static sdpa_status launch_order_group(const sdpa_bwd_desc *d,
                             env, INT32_MAX);
     group = v;
   }
-  if (group > pairs) group = pairs;
-  *out = group < 1 ? 1 : (int)group;
+  *out = (int)(group < pairs ? group : pairs);
   return SDPA_STATUS_SUCCESS;
 }
 
@@ -474,12 +473,13 @@ static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
   p->q_blocks = (d->seqlen_q + 15) / 16;
   p->window_left = d->window_left; /* -1 unless a sliding window */
   p->window_right = d->window_right;
-  sdpa_status st = launch_order_group(d, c, &p->order_group);
+  const int64_t kv_tiles = (d->seqlen_kv + c->kv_tile - 1) / c->kv_tile;
+  sdpa_status st = launch_order_group(d, kv_tiles, &p->order_group);
   if (st) return st;
   p->scale = d->scale;
   p->scale_log2 = d->scale * 1.4426950408889634f;
 
-  plan->main_grid_x = (int64_t)(d->seqlen_kv + c->kv_tile - 1) / c->kv_tile * d->batch;
+  plan->main_grid_x = kv_tiles * d->batch;
   plan->convert_grid_x = (int64_t)p->q_blocks * d->batch * d->heads_q;
   const int64_t aux_x = (plan->rows_q * d->heads_q + 7) / 8; /* at most */
   int64_t largest = plan->main_grid_x > plan->convert_grid_x ? plan->main_grid_x

@@ -543,13 +543,20 @@ START_TEST(matrix) {
 }
 END_TEST
 
+/* Every `every`-th case of the matrix with the environment variable `name`
+ * set to `value` (plans read it), asserting that none fails. */
+static void matrix_with_env(const char *name, const char *value, int every,
+                            const char *what) {
+  ck_assert_int_eq(setenv(name, value, 1), 0);
+  int failures = run_matrix(every, what);
+  unsetenv(name);
+  ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
+}
+
 /* Every other case again with the convert kernel writing dQ (the way of
  * large problems). */
 START_TEST(matrix_convert_kernel) {
-  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "convert", 1), 0);
-  int failures = run_matrix(2, "matrix, dQ by the convert kernel");
-  unsetenv("SDPA_JIT_DQ_CONVERT");
-  ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
+  matrix_with_env("SDPA_JIT_DQ_CONVERT", "convert", 2, "matrix, dQ by the convert kernel");
 }
 END_TEST
 
@@ -558,10 +565,7 @@ END_TEST
  * group holds every pair; here most have several groups and a smaller
  * last one, and no kv tile may be missed or run twice. */
 START_TEST(matrix_launch_groups) {
-  ck_assert_int_eq(setenv("SDPA_JIT_ORDER_GROUP", "3", 1), 0);
-  int failures = run_matrix(3, "matrix, launch order in groups of 3 pairs");
-  unsetenv("SDPA_JIT_ORDER_GROUP");
-  ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
+  matrix_with_env("SDPA_JIT_ORDER_GROUP", "3", 3, "matrix, launch order in groups of 3 pairs");
 }
 END_TEST
 
