@@ -159,7 +159,7 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
   CUstream s = (CUstream)stream;
   void *args[] = {&p};
   /* Grids: checked against the launch limits at the plan's bounds. */
-  const int64_t aux_blocks = (p.rows_q * p.heads_q + 7) / 8;
+  const int64_t aux_blocks = sdpa_aux_blocks(p.rows_q * p.heads_q, d->head_dim_v);
   const int64_t main_x = plan->main_grid_x, convert_x = plan->convert_grid_x;
   if (aux_blocks > 0 || p.semaphores) { /* zeroes what main counts on */
     unsigned blocks = aux_blocks > 0 ? (unsigned)aux_blocks : 1;

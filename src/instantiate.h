@@ -9,6 +9,7 @@
 #define SDPA_INSTANTIATE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "plan.h"
 
@@ -18,6 +19,19 @@
 
 /* Threads per block of the preprocess and convert kernels. */
 #define SDPA_AUX_THREADS 256
+
+/* Lanes of the preprocess kernel per (row, head) of Delta, 8 elements a
+ * lane (the template's PRE_LANES). The kernel is correct for any grid;
+ * sized by sdpa_aux_blocks(), each lane has one item. */
+static inline int sdpa_aux_lanes(int head_dim_v) {
+  return head_dim_v <= 32 ? 4 : head_dim_v <= 64 ? 8 : head_dim_v <= 128 ? 16 : 32;
+}
+
+/* Blocks of the preprocess kernel for `items` (row, head) pairs. */
+static inline int64_t sdpa_aux_blocks(int64_t items, int head_dim_v) {
+  const int64_t per_block = SDPA_AUX_THREADS / sdpa_aux_lanes(head_dim_v);
+  return (items + per_block - 1) / per_block;
+}
 
 /* The embedded templates (every .cuh and .h of templates/), sorted by name,
  * terminated by a {NULL, NULL, 0} row. */

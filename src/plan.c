@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "instantiate.h"
 #include "key.h"
 #include "nvrtc.h"
 #include "runtime.h"
@@ -481,7 +482,7 @@ static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
 
   plan->main_grid_x = kv_tiles * d->batch;
   plan->convert_grid_x = (int64_t)p->q_blocks * d->batch * d->heads_q;
-  const int64_t aux_x = (plan->rows_q * d->heads_q + 7) / 8; /* at most */
+  const int64_t aux_x = sdpa_aux_blocks(plan->rows_q * d->heads_q, d->head_dim_v); /* at most */
   int64_t largest = plan->main_grid_x > plan->convert_grid_x ? plan->main_grid_x
                                                              : plan->convert_grid_x;
   if (aux_x > largest) largest = aux_x;

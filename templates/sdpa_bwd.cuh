@@ -38,8 +38,9 @@
  *   SDPA_FOLD_DQ (main writes dQ; no convert launch).
  *
  * Launch contract (execute.c):
- *   preprocess: grid ceil(rows_q*heads_q / 8) (at least 1), block 256,
- *               no smem; before main, which needs its zeroes and Delta.
+ *   preprocess: grid ceil(rows_q*heads_q / (256 / sdpa_aux_lanes(DV)))
+ *               (at least 1), block 256, no smem; before main, which
+ *               needs its zeroes and Delta.
  *   convert (unless SDPA_FOLD_DQ): grid q_blocks * batch * heads_q, block
  *               256, no smem.
  *   main: grid (ceil(seqlen_kv / N) * batch, heads_kv), block 32*SDPA_WARPS,
@@ -308,45 +309,69 @@ SDPA_DEVICE void query_tile_range(const Band &band, int k0, int kv_valid, int sq
 /* ------------------------------------------------------------ preprocess */
 
 /* Zeroes dQacc (a grid-stride sweep over its dq_blocks) and the query
- * tiles' counters (when used); then one warp per (row, head): Delta = sum(dO * O)
- * over DV. */
+ * tiles' counters (when used); then PRE_LANES lanes per (row, head), 8
+ * elements (16 bytes of O and of dO) a lane: Delta = sum(dO * O) over DV.
+ * Row-major items (head fastest) keep a warp's loads contiguous in BSHD
+ * memory. Any grid is correct (warps stride over the items together);
+ * the host's sdpa_aux_blocks() gives every lane one item. */
+#define PRE_LANES (DV <= 32 ? 4 : DV <= 64 ? 8 : DV <= 128 ? 16 : 32)
 extern "C" __global__ void __launch_bounds__(256)
 sdpa_bwd_preprocess(const sdpa_kernel_params p) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const sdpa_i64 gid = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x;
+  const sdpa_i64 threads = (sdpa_i64)gridDim.x * blockDim.x;
   {
-    const sdpa_i64 stride = (sdpa_i64)gridDim.x * blockDim.x;
-    const sdpa_i64 first = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x;
     float4 *acc = (float4 *)p.dq_accum;
     const sdpa_i64 n = p.dq_blocks * p.heads_q * (D * 4); /* 16 x D floats a block */
-    for (sdpa_i64 i = first; i < n; i += stride) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (sdpa_i64 i = gid; i < n; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (SDPA_FOLD_DQ || SDPA_DETERMINISTIC) {
       const sdpa_i64 tiles = (sdpa_i64)p.heads_q * p.batch * p.q_tiles;
-      for (sdpa_i64 i = first; i < tiles; i += stride) p.semaphores[i] = 0;
+      for (sdpa_i64 i = gid; i < tiles; i += threads) p.semaphores[i] = 0;
     }
   }
-  const sdpa_i64 item = (sdpa_i64)blockIdx.x * 8 + warp;
-  if (item >= p.rows_q * p.heads_q) return;
-  const sdpa_i64 row = item / p.heads_q;
-  const int h = (int)(item - row * p.heads_q);
+  const int lane = threadIdx.x & 31, part = lane % PRE_LANES;
+  const sdpa_i64 items = p.rows_q * p.heads_q;
+  const bool narrow = items <= 0xffffffffll; /* 32-bit divisions suffice */
+  /* base is the warp's first item: the loop is warp-uniform, so every
+   * lane takes part in the shuffles. */
+  for (sdpa_i64 base = (gid - lane) / PRE_LANES; base < items; base += threads / PRE_LANES) {
+    const sdpa_i64 item = base + lane / PRE_LANES;
+    float sum = 0.f;
+    sdpa_i64 row = 0;
+    int h = 0;
+    if (item < items) {
+      if (narrow) {
+        const unsigned r = (unsigned)item / (unsigned)p.heads_q;
+        row = r;
+        h = (int)((unsigned)item - r * (unsigned)p.heads_q);
+      } else {
+        row = item / p.heads_q;
+        h = (int)(item - row * p.heads_q);
+      }
 #if SDPA_LAYOUT == 1
-  const sdpa_i64 bb = row / p.seqlen_q, s = row - bb * p.seqlen_q;
-  const sdpa_i64 o_at = bb * p.o_batch + s * p.o_seq + h * p.o_head;
-  const sdpa_i64 do_at = bb * p.do_batch + s * p.do_seq + h * p.do_head;
+      const sdpa_i64 bb = narrow ? (sdpa_i64)((unsigned)row / (unsigned)p.seqlen_q)
+                                 : row / p.seqlen_q;
+      const sdpa_i64 s = row - bb * p.seqlen_q;
+      const sdpa_i64 o_at = bb * p.o_batch + s * p.o_seq + h * p.o_head;
+      const sdpa_i64 do_at = bb * p.do_batch + s * p.do_seq + h * p.do_head;
 #else
-  const sdpa_i64 o_at = row * p.o_seq + h * p.o_head;
-  const sdpa_i64 do_at = row * p.do_seq + h * p.do_head;
+      const sdpa_i64 o_at = row * p.o_seq + h * p.o_head;
+      const sdpa_i64 do_at = row * p.do_seq + h * p.do_head;
 #endif
-  const u16 *o = (const u16 *)p.o + o_at;
-  const u16 *dout = (const u16 *)p.dout + do_at;
-  float sum = 0.f;
-  for (int d = lane * 2; d < DV; d += 64) {
-    const u32 ov = *(const u32 *)(o + d), dv = *(const u32 *)(dout + d);
-    sum += to_float<DT>((u16)(ov & 0xffff)) * to_float<DT>((u16)(dv & 0xffff));
-    sum += to_float<DT>((u16)(ov >> 16)) * to_float<DT>((u16)(dv >> 16));
-  }
+      if (part * 8 < DV) {
+        const uint4 ov = *(const uint4 *)((const u16 *)p.o + o_at + part * 8);
+        const uint4 dv = *(const uint4 *)((const u16 *)p.dout + do_at + part * 8);
+        const u32 o4[4] = {ov.x, ov.y, ov.z, ov.w}, d4[4] = {dv.x, dv.y, dv.z, dv.w};
 #pragma unroll
-  for (int s2 = 16; s2 > 0; s2 >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s2);
-  if (lane == 0) p.delta[(sdpa_i64)h * p.rows_q + row] = sum;
+        for (int e = 0; e < 4; ++e) {
+          sum += to_float<DT>((u16)(o4[e] & 0xffff)) * to_float<DT>((u16)(d4[e] & 0xffff));
+          sum += to_float<DT>((u16)(o4[e] >> 16)) * to_float<DT>((u16)(d4[e] >> 16));
+        }
+      }
+    }
+#pragma unroll
+    for (int s2 = PRE_LANES / 2; s2 > 0; s2 >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s2);
+    if (part == 0 && item < items) p.delta[(sdpa_i64)h * p.rows_q + row] = sum;
+  }
 }
 
 /* --------------------------------------------------------------- convert */

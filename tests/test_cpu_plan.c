@@ -17,6 +17,7 @@
 
 #include "check_main.h"
 #include "driver.h"
+#include "instantiate.h"
 #include "plan.h"
 #include "sdpa_jit.h"
 
@@ -683,6 +684,28 @@ START_TEST(launch_order_group) {
 }
 END_TEST
 
+/* The preprocess grid: 8 elements a lane cover every head_dim_v with a
+ * power-of-two lane count that divides a warp, and the blocks cover every
+ * (row, head) item with no block left without one. */
+START_TEST(preprocess_grid) {
+  const int dims[] = {32, 64, 96, 128, 192, 256};
+  const int64_t counts[] = {1, 7, 8, 31, 32, 33, 255, 4096, 524288, 524289,
+                            (int64_t)INT32_MAX * 8 + 5};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
+    const int lanes = sdpa_aux_lanes(dims[i]);
+    ck_assert_int_ge(lanes * 8, dims[i]);
+    ck_assert_int_lt(lanes * 4, dims[i] > 32 ? dims[i] : 33); /* no idle half */
+    ck_assert_int_eq(32 % lanes, 0);
+    const int64_t per_block = SDPA_AUX_THREADS / lanes;
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; ++k) {
+      const int64_t blocks = sdpa_aux_blocks(counts[k], dims[i]);
+      ck_assert_int_ge(blocks * per_block, counts[k]);
+      ck_assert_int_lt((blocks - 1) * per_block, counts[k]);
+    }
+  }
+}
+END_TEST
+
 START_TEST(runtime_options) {
   sdpa_runtime_options opts;
   ck_assert_int_eq(sdpa_runtime_options_init(&opts, SDPA_RUNTIME_OPTIONS_VERSION),
@@ -748,6 +771,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(tc, arch_unsupported);
   tcase_add_test(tc, arch_missing_without_gpu);
   tcase_add_test(tc, thd_totals);
+  tcase_add_test(tc, preprocess_grid);
   suite_add_tcase(s, tc);
 
   TCase *tr = tcase_create("resolve");
