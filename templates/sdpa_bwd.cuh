@@ -151,9 +151,9 @@ static_assert(D % 32 == 0 && DV % 32 == 0 && DV <= D, "head dims");
 #define SMEM_TOTAL (SMEM_DELTA + SDPA_STAGES * M * 4)
 
 /* Delta enters the dP GEMM as its accumulators' start value (head_dim_v
- * <= 64: -64 subtractions a step, hd 64 full +2.2 to +2.8%) or is
- * subtracted after it (larger head dims: the start values cost hd 128 full
- * 0.6-1.4%, ptxas scheduling the longer loop otherwise). */
+ * <= 64: 60 subtractions a step fewer, hd 64 full +2.2 to +2.8%) or is
+ * subtracted after it (larger head dims: there the start values cost hd
+ * 128 full 0.6-1.4%, its loop scheduled worse). */
 #define DELTA_IN_DP (DV <= 64)
 
 #define LOG2E 1.4426950408889634f

@@ -694,7 +694,7 @@ START_TEST(preprocess_grid) {
   for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
     const int lanes = sdpa_aux_lanes(dims[i]);
     ck_assert_int_ge(lanes * 8, dims[i]);
-    ck_assert_int_lt(lanes * 4, dims[i] > 32 ? dims[i] : 33); /* no idle half */
+    ck_assert_int_lt(lanes * 4, dims[i]); /* half the lanes would not do */
     ck_assert_int_eq(32 % lanes, 0);
     const int64_t per_block = SDPA_AUX_THREADS / lanes;
     for (size_t k = 0; k < sizeof counts / sizeof counts[0]; ++k) {
