@@ -168,12 +168,12 @@ static_assert(D % 32 == 0 && DV % 32 == 0 && DV <= D, "head dims");
 #define STSM 0
 #endif
 
-/* Band of visible keys for one sequence. */
 /* A compile-time flag passed to generic lambdas. */
 template <bool B> struct Flag {
   static constexpr bool value = B;
 };
 
+/* Band of visible keys for one sequence. */
 struct Band {
   int off, left, right; /* left/right < 0: unbounded */
 };

@@ -598,12 +598,17 @@ START_TEST(workspace_thd) {
 }
 END_TEST
 
-/* Whether a plan for `d` has the main kernel write dQ. */
-static int fold_dq_of(const sdpa_bwd_desc *d) {
+/* The size-dependent choices of a plan for `d`: who writes dQ (the key
+ * field) and the masked launch order's group size (a parameter). */
+typedef struct plan_choices {
+  int fold_dq, order_group;
+} plan_choices;
+
+static plan_choices choices_of(const sdpa_bwd_desc *d) {
   sdpa_bwd_plan *plan = make(d);
-  const int fold = plan->fields.fold_dq;
+  const plan_choices c = {plan->fields.fold_dq, plan->params.order_group};
   sdpa_bwd_plan_destroy(plan);
-  return fold;
+  return c;
 }
 
 /* Who writes dQ: the main kernel for an accumulator up to 4 MiB (with the
@@ -634,25 +639,17 @@ START_TEST(dq_writer) {
   unsetenv("SDPA_JIT_DQ_CONVERT");
 
   d.seqlen_q = 1024; /* exactly 4 MiB */
-  ck_assert_int_eq(fold_dq_of(&d), 1);
+  ck_assert_int_eq(choices_of(&d).fold_dq, 1);
   d.seqlen_q = 1040; /* one 16-row block more per sequence */
-  ck_assert_int_eq(fold_dq_of(&d), 0);
+  ck_assert_int_eq(choices_of(&d).fold_dq, 0);
 
   ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "main", 1), 0);
-  ck_assert_int_eq(fold_dq_of(&d), 1);
+  ck_assert_int_eq(choices_of(&d).fold_dq, 1);
   ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "both", 1), 0);
   REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_DQ_CONVERT = \"both\"", "\"main\"", "\"convert\"");
   unsetenv("SDPA_JIT_DQ_CONVERT");
 }
 END_TEST
-
-/* The launch-order group size of a plan for `d`. */
-static int order_group_of(const sdpa_bwd_desc *d) {
-  sdpa_bwd_plan *plan = make(d);
-  const int group = plan->params.order_group;
-  sdpa_bwd_plan_destroy(plan);
-  return group;
-}
 
 /* The masked launch order's groups: about 256 blocks of kv tiles, at
  * most every (sequence, kv head) pair, or SDPA_JIT_ORDER_GROUP. */
@@ -663,18 +660,18 @@ START_TEST(launch_order_group) {
   sdpa_bwd_plan *plan = make(&d);
   ck_assert_int_eq(plan->fields.config.kv_tile, 128);
   sdpa_bwd_plan_destroy(plan);
-  ck_assert_int_eq(order_group_of(&d), 2); /* 128 kv tiles a pair */
+  ck_assert_int_eq(choices_of(&d).order_group, 2); /* 128 kv tiles a pair */
   d.seqlen_kv = 16384 + 1; /* 129 tiles: still 2 pairs (258 blocks) */
-  ck_assert_int_eq(order_group_of(&d), 2);
+  ck_assert_int_eq(choices_of(&d).order_group, 2);
   d.seqlen_kv = 40000; /* 313 tiles: one pair a group */
-  ck_assert_int_eq(order_group_of(&d), 1);
+  ck_assert_int_eq(choices_of(&d).order_group, 1);
   d.seqlen_q = d.seqlen_kv = 1024; /* 8 tiles: 32 pairs wanted, 16 exist */
-  ck_assert_int_eq(order_group_of(&d), 16);
+  ck_assert_int_eq(choices_of(&d).order_group, 16);
 
   ck_assert_int_eq(setenv("SDPA_JIT_ORDER_GROUP", "3", 1), 0);
-  ck_assert_int_eq(order_group_of(&d), 3);
+  ck_assert_int_eq(choices_of(&d).order_group, 3);
   ck_assert_int_eq(setenv("SDPA_JIT_ORDER_GROUP", "99", 1), 0);
-  ck_assert_int_eq(order_group_of(&d), 16);
+  ck_assert_int_eq(choices_of(&d).order_group, 16);
   const char *bad[] = {"0", "-2", "4x", "x"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     ck_assert_int_eq(setenv("SDPA_JIT_ORDER_GROUP", bad[i], 1), 0);
