@@ -802,8 +802,14 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
    * last query tile a suffix, a partial kv tile every tile. The 4-warp
    * configurations (128 registers of dK/dV accumulators) and the
    * deterministic kernels keep one loop in the natural order and decide
-   * per step: two loop bodies spilled there. */
-  constexpr bool PEELED = NW == 8 && !SDPA_DETERMINISTIC;
+   * per step: two loop bodies spilled there. So do the kernels that write
+   * dQ themselves (small problems, a few steps a block, where the second
+   * body buys little and costs ~40% of the compile) at head_dim <= 128
+   * (sm_80's single-stage hd 128 ones then keep 8-16 B of values in local
+   * memory, bench/NOTES.md); wider ones spilled 8-32 B with one loop and
+   * keep two. */
+  constexpr bool PEELED =
+      NW == 8 && !SDPA_DETERMINISTIC && !(SDPA_FOLD_DQ && D <= 128 && DV <= 128);
   auto unmasked = [&](int qt) {
     const int q_first = qt * M;
     bool full = SDPA_EVEN || (q_first + M <= sq && k0 + N <= skv);
