@@ -67,9 +67,9 @@ static void load_driver(void) {
   RESOLVE(cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   RESOLVE(cuMemcpyDtoH, "cuMemcpyDtoH_v2");
   RESOLVE(cuMemsetD8, "cuMemsetD8_v2");
-  RESOLVE(cuMemHostAlloc, "cuMemHostAlloc");
+  RESOLVE(cuMemHostRegister, "cuMemHostRegister_v2");
   RESOLVE(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
-  RESOLVE(cuMemFreeHost, "cuMemFreeHost");
+  RESOLVE(cuMemHostUnregister, "cuMemHostUnregister");
   RESOLVE(cuStreamCreate, "cuStreamCreate");
   RESOLVE(cuStreamDestroy, "cuStreamDestroy_v2");
   RESOLVE(cuStreamSynchronize, "cuStreamSynchronize");

@@ -38,9 +38,9 @@ typedef struct sdpa_driver {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
-  CUresult (*cuMemHostAlloc)(void **, size_t, unsigned int);
+  CUresult (*cuMemHostRegister)(void *, size_t, unsigned int);
   CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned int);
-  CUresult (*cuMemFreeHost)(void *);
+  CUresult (*cuMemHostUnregister)(void *);
   CUresult (*cuStreamCreate)(CUstream *, unsigned int);
   CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);

@@ -57,8 +57,9 @@ static void free_kernels(sdpa_kernel_entry *kernels) {
       if (drv) {
         drv->cuCtxSetCurrent(m->ctx);
         if (m->module) drv->cuModuleUnload(m->module);
-        if (m->error_host) drv->cuMemFreeHost(m->error_host);
+        if (m->error_host) drv->cuMemHostUnregister(m->error_host);
       }
+      free(m->error_host);
       free(m);
       m = next_module;
     }

@@ -22,7 +22,8 @@ struct sdpa_module_entry {
   CUcontext ctx;
   CUmodule module;
   CUfunction preprocess, main, convert;
-  int *error_host;          /* mapped pinned word (kernels set flags) */
+  int *error_host;          /* first word of a registered, mapped page
+                             * (kernels set flags); malloc'd            */
   CUdeviceptr error_device; /* its device address                     */
   struct sdpa_module_entry *next;
 };
