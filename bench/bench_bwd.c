@@ -19,6 +19,9 @@
  *   --dtype bf16|fp16 --hd 64|128   only those
  *   --seq S           only the BSHD cases of sequence length S
  *   --causal 0|1      only the non-causal (0) or causal (1) cases
+ *   --small           instead, problems small enough for the main kernel
+ *                     to write dQ (B 1, H 16: hd 64 at S 1000 and 1024,
+ *                     hd 128 at S 500 and 512), causal and not
  *   --runs N          timed runs per case (default 30, at least 20)
  *   --csv FILE        also write the rows as CSV
  * Exit: 0 when every case validated, 1 when one did not, 77 without a GPU.
@@ -477,16 +480,17 @@ static int add_case(bench_case *cases, int count, sdpa_dtype dtype, sdpa_layout 
 }
 
 static void usage(void) {
-  printf("usage: bench_bwd [--quick] [--dtype bf16|fp16] [--hd 64|128] [--seq S] [--causal 0|1]\n"
-         "                 [--runs N] [--csv FILE]\n");
+  printf("usage: bench_bwd [--quick | --small] [--dtype bf16|fp16] [--hd 64|128] [--seq S]\n"
+         "                 [--causal 0|1] [--runs N] [--csv FILE]\n");
 }
 
 int main(int argc, char **argv) {
-  int quick = 0, runs = 30, only_hd = 0, only_seq = 0, only_causal = -1;
+  int quick = 0, small = 0, runs = 30, only_hd = 0, only_seq = 0, only_causal = -1;
   sdpa_dtype only_dtype = 0;
   const char *csv_path = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
+    else if (!strcmp(argv[i], "--small")) small = 1;
     else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
       const char *d = argv[++i];
       only_dtype = !strcmp(d, "bf16") ? SDPA_DTYPE_BF16 : !strcmp(d, "fp16") ? SDPA_DTYPE_FP16 : 0;
@@ -514,6 +518,20 @@ int main(int argc, char **argv) {
   for (int di = 0; di < 2; di++) {
     sdpa_dtype dtype = dtypes[di];
     if ((only_dtype && dtype != only_dtype) || (quick && dtype != SDPA_DTYPE_BF16)) continue;
+    for (int hi = 0; hi < 2 && small; hi++) {
+      static const int small_lengths[2][2] = {{1024, 1000}, {512, 500}}; /* by head_dim */
+      const int hd = dims[hi];
+      if (only_hd && hd != only_hd) continue;
+      for (int causal = 0; causal < 2; causal++)
+        for (int li = 0; li < 2; li++) {
+          const int s = small_lengths[hi][li];
+          if ((only_seq && s != only_seq) || (only_causal >= 0 && causal != only_causal)) continue;
+          char tag[32];
+          snprintf(tag, sizeof tag, "small S%d", s);
+          count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, 1, 16, 16, s, hd, causal, tag);
+        }
+    }
+    if (small) continue;
     for (int hi = 0; hi < 2; hi++) {
       int hd = dims[hi];
       if ((only_hd && hd != only_hd) || (quick && hd != 128)) continue;

@@ -6,7 +6,13 @@
  *                      + module load when a GPU is present), one fresh
  *                      temporary cache per key; median over the grid
  *                      dtype {bf16, fp16} x head_dim {64, 128} x mask
- *                      {none, causal_br} x layout {bshd, thd}
+ *                      {none, causal_br} x layout {bshd, thd}. Where a
+ *                      driver is installed, NVRTC's code generation is
+ *                      also served from the driver's compute cache
+ *                      (~/.nv/ComputeCache): a key compiled before on the
+ *                      machine comes back in ~35 ms. This program sets
+ *                      CUDA_CACHE_DISABLE=1 (unless it is set) so that the
+ *                      row measures a first compile.
  *   warm process       a fresh process (this program re-executed with
  *                      --child-warm) timing sdpa_runtime_create ->
  *                      sdpa_bwd_plan_create -> sdpa_bwd_compile from the
@@ -241,6 +247,7 @@ done:
 
 int main(int argc, char **argv) {
   if (argc >= 6 && !strcmp(argv[1], "--child-warm")) return child_warm(argv + 2);
+  setenv("CUDA_CACHE_DISABLE", "1", 0); /* before any CUDA call: see the cold row */
   int arch = 0, quick = 0, repeats = 3;
   const char *csv_path = NULL;
   for (int i = 1; i < argc; i++) {
