@@ -200,6 +200,14 @@ START_TEST(hash_covers_templates_toolchain_and_text) {
   }
   ck_assert(saw_arch && saw_verbose);
   ck_assert_str_eq(sdpa_nvrtc_options(80)[0], "--gpu-architecture=sm_80");
+  /* every arch of the table spells its number as printf would */
+  for (int arch = 0; arch < 256; arch++) {
+    char want[40];
+    snprintf(want, sizeof want, "--gpu-architecture=sm_%d", arch);
+    ck_assert_str_eq(sdpa_nvrtc_options(arch)[0], want);
+  }
+  ck_assert_ptr_null(sdpa_nvrtc_options(256));
+  ck_assert_ptr_null(sdpa_nvrtc_options(-1));
 }
 END_TEST
 
