@@ -18,8 +18,8 @@
  *
  * Then, when a CUDA driver and device are present and the device's arch is
  * the plan's, the cubin is loaded once per context (module, its three
- * kernels, the main kernel's dynamic shared memory limit, a mapped host
- * word for device-side input errors). A cubin the driver rejects is
+ * kernels, the main kernel's dynamic shared memory limit, for THD kernels a
+ * mapped host word for device-side input errors). A cubin the driver rejects is
  * removed from the cache and compiled again once. Without a GPU, or for
  * another arch, compile stops once the cubin is cached: that is preheating.
  */
@@ -218,16 +218,19 @@ static int image_rejected(CUresult rc) {
 }
 
 /* Loads `cubin` in the current context `ctx`: module, the three kernels,
- * the main kernel's dynamic shared memory limit and a zeroed mapped error
- * word. *rejected is set when the driver refused the image itself.
+ * the main kernel's dynamic shared memory limit and, with `error_word`
+ * (THD kernels: only they check their input on the device), a zeroed
+ * mapped error word. *rejected is set when the driver refused the image
+ * itself.
  *
  * The error word lives in a page of ours that the driver registers and
  * maps (portable, so any context may launch with it): a process's first
  * cuMemHostAlloc sets up the driver's pinned pool, ~0.8-1.7 ms on an
- * H200 host, where registering one page costs ~0.1 ms. */
+ * H200 host, where registering one page costs ~0.13 ms. */
 static sdpa_status load_module(const sdpa_driver *drv, CUcontext ctx,
                                const void *cubin, int smem_bytes,
-                               sdpa_module_entry **out, int *rejected) {
+                               int error_word, sdpa_module_entry **out,
+                               int *rejected) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
   sdpa_module_entry *m = NULL;
   CUmodule module = NULL;
@@ -268,22 +271,25 @@ static sdpa_status load_module(const sdpa_driver *drv, CUcontext ctx,
                     m->main, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     smem_bytes),
                 "cuFuncSetAttribute (the main kernel's dynamic shared memory)");
-  const long page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
-  if (posix_memalign(&host, (size_t)page, (size_t)page) != 0) {
-    host = NULL;
-    status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
-                            "out of host memory for the device error word");
-    goto done;
+  if (error_word) {
+    const long page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    if (posix_memalign(&host, (size_t)page, (size_t)page) != 0) {
+      host = NULL;
+      status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
+                              "out of host memory for the device error word");
+      goto done;
+    }
+    memset(host, 0, (size_t)page);
+    SDPA_CU_CHECK(drv,
+                  drv->cuMemHostRegister(host, (size_t)page,
+                                         CU_MEMHOSTREGISTER_DEVICEMAP |
+                                             CU_MEMHOSTREGISTER_PORTABLE),
+                  "cuMemHostRegister (the device error word)");
+    registered = 1;
+    SDPA_CU_CHECK(drv,
+                  drv->cuMemHostGetDevicePointer(&m->error_device, host, 0),
+                  "cuMemHostGetDevicePointer (the device error word)");
   }
-  memset(host, 0, (size_t)page);
-  SDPA_CU_CHECK(drv,
-                drv->cuMemHostRegister(host, (size_t)page,
-                                       CU_MEMHOSTREGISTER_DEVICEMAP |
-                                           CU_MEMHOSTREGISTER_PORTABLE),
-                "cuMemHostRegister (the device error word)");
-  registered = 1;
-  SDPA_CU_CHECK(drv, drv->cuMemHostGetDevicePointer(&m->error_device, host, 0),
-                "cuMemHostGetDevicePointer (the device error word)");
   m->ctx = ctx;
   m->module = module;
   m->error_host = host;
@@ -321,7 +327,8 @@ static sdpa_status module_for_context(sdpa_runtime *rt,
         *out = m;
         goto done;
       }
-    status = load_module(drv, ctx, entry->cubin, smem, out, &rejected);
+    status = load_module(drv, ctx, entry->cubin, smem,
+                         plan->fields.layout == SDPA_LAYOUT_THD, out, &rejected);
     if (status == SDPA_STATUS_SUCCESS) {
       (*out)->next = entry->modules;
       entry->modules = *out;

@@ -89,9 +89,11 @@ static sdpa_status check_call(const sdpa_bwd_plan *plan,
   return SDPA_STATUS_SUCCESS;
 }
 
-/* Reads and clears the module's device error word. */
+/* Reads and clears the module's device error word (THD modules; the BSHD
+ * kernels check nothing on the device and have none). */
 static sdpa_status take_device_error(sdpa_module_entry *m) {
   volatile int *flag = m->error_host;
+  if (!flag) return SDPA_STATUS_SUCCESS;
   int bits = *flag;
   if (!bits) return SDPA_STATUS_SUCCESS;
   *flag = 0;

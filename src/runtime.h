@@ -23,7 +23,8 @@ struct sdpa_module_entry {
   CUmodule module;
   CUfunction preprocess, main, convert;
   int *error_host;          /* first word of a registered, mapped page
-                             * (kernels set flags); malloc'd            */
+                             * (THD kernels set flags); malloc'd; NULL
+                             * for BSHD kernels                         */
   CUdeviceptr error_device; /* its device address                     */
   struct sdpa_module_entry *next;
 };
