@@ -319,8 +319,8 @@ int main(int argc, char **argv) {
     sdpa_runtime_destroy(runtime);
   }
 
-  double warm[MAX_KEYS * 16];
-  int warm_count = 0;
+  double warm[MAX_KEYS * 16], warm_by_layout[2][MAX_KEYS * 16];
+  int warm_count = 0, layout_count[2] = {0, 0};
   int warm_not_disk = 0;
   if (repeats > 16) repeats = 16;
   for (int i = 0; i < count; i++) {
@@ -335,6 +335,8 @@ int main(int argc, char **argv) {
       }
       if (source != SDPA_SOURCE_DISK) warm_not_disk++;
       warm[warm_count++] = us;
+      const int thd = keys[i].layout == SDPA_LAYOUT_THD;
+      warm_by_layout[thd][layout_count[thd]++] = us;
     }
   }
 
@@ -386,6 +388,10 @@ int main(int argc, char **argv) {
     printf("%-34s %11.2f ms  %d processes%s\n", "warm process: runtime+plan+compile",
            median(warm, warm_count) / 1e3, warm_count,
            warm_not_disk ? " (some not served from disk!)" : "");
+  for (int thd = 0; thd < 2; thd++)
+    if (layout_count[thd])
+      printf("  %-32s %11.2f ms  %d processes\n", thd ? "THD keys" : "BSHD keys",
+             median(warm_by_layout[thd], layout_count[thd]) / 1e3, layout_count[thd]);
   if (plan_us >= 0) printf("%-34s %11.2f us  1000 calls\n", "plan create", plan_us);
   if (repeat_us >= 0) printf("%-34s %11.3f us  10000 calls\n", "repeat compile (in memory)", repeat_us);
   if (execute_us >= 0)
