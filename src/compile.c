@@ -18,10 +18,11 @@
  *
  * Then, when a CUDA driver and device are present and the device's arch is
  * the plan's, the cubin is loaded once per context (module, its three
- * kernels, the main kernel's dynamic shared memory limit, for THD kernels a
- * mapped host word for device-side input errors). A cubin the driver rejects is
- * removed from the cache and compiled again once. Without a GPU, or for
- * another arch, compile stops once the cubin is cached: that is preheating.
+ * kernels, the main kernel's dynamic shared memory limit and, for THD
+ * kernels, a mapped host word for device-side input errors). A cubin the
+ * driver rejects is removed from the cache and compiled again once.
+ * Without a GPU, or for another arch, compile stops once the cubin is
+ * cached: that is preheating.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -28,7 +28,7 @@
 
 /* Arch values the option table covers (compute capability major*10+minor). */
 #define ARCH_LIMIT 256
-_Static_assert(ARCH_LIMIT <= 1000, "format_arch_option writes at most three digits");
+_Static_assert(ARCH_LIMIT <= 1000, "format_arch_option writes three digits");
 /* Log lines copied into the error message of a failed compile. */
 #define MESSAGE_LOG_LINES 20
 
