@@ -518,20 +518,23 @@ int main(int argc, char **argv) {
   for (int di = 0; di < 2; di++) {
     sdpa_dtype dtype = dtypes[di];
     if ((only_dtype && dtype != only_dtype) || (quick && dtype != SDPA_DTYPE_BF16)) continue;
-    for (int hi = 0; hi < 2 && small; hi++) {
+    if (small) {
       static const int small_lengths[2][2] = {{1024, 1000}, {512, 500}}; /* by head_dim */
-      const int hd = dims[hi];
-      if (only_hd && hd != only_hd) continue;
-      for (int causal = 0; causal < 2; causal++)
-        for (int li = 0; li < 2; li++) {
-          const int s = small_lengths[hi][li];
-          if ((only_seq && s != only_seq) || (only_causal >= 0 && causal != only_causal)) continue;
-          char tag[32];
-          snprintf(tag, sizeof tag, "small S%d", s);
-          count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, 1, 16, 16, s, hd, causal, tag);
-        }
+      for (int hi = 0; hi < 2; hi++) {
+        const int hd = dims[hi];
+        if (only_hd && hd != only_hd) continue;
+        for (int causal = 0; causal < 2; causal++)
+          for (int li = 0; li < 2; li++) {
+            const int s = small_lengths[hi][li];
+            if ((only_seq && s != only_seq) || (only_causal >= 0 && causal != only_causal))
+              continue;
+            char tag[32];
+            snprintf(tag, sizeof tag, "small S%d", s);
+            count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, 1, 16, 16, s, hd, causal, tag);
+          }
+      }
+      continue;
     }
-    if (small) continue;
     for (int hi = 0; hi < 2; hi++) {
       int hd = dims[hi];
       if ((only_hd && hd != only_hd) || (quick && hd != 128)) continue;

@@ -273,7 +273,8 @@ static sdpa_status load_module(const sdpa_driver *drv, CUcontext ctx,
                     smem_bytes),
                 "cuFuncSetAttribute (the main kernel's dynamic shared memory)");
   if (error_word) {
-    const long page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) page = 4096;
     if (posix_memalign(&host, (size_t)page, (size_t)page) != 0) {
       host = NULL;
       status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
