@@ -2,10 +2,12 @@
  * bench_bwd.c — TFLOP/s of the backward pass through the public API.
  *
  * Every case is validated before it is timed: a small twin of it (same
- * dtype, head_dim, mask, layout and GQA ratio, and the case's dQ writer
- * pinned with SDPA_JIT_DQ_CONVERT, so the same key; B=1, S=512) runs
- * against the float64 CPU reference, since the reference is far too slow
- * for the full sizes. Then the full case is timed with CUDA events around
+ * dtype, head_dim, mask, layout and GQA ratio, lengths that are tile
+ * multiples or not as the case's, and the case's dQ writer and tile
+ * class pinned with SDPA_JIT_DQ_CONVERT and SDPA_JIT_SMALL_GRID: the
+ * same key, else the case fails; B=1, S=512 or 500) runs against the
+ * float64 CPU reference, since the reference is far too slow for the
+ * full sizes. Then the full case is timed with CUDA events around
  * each sdpa_bwd_execute (preprocess + main + dQ convert at these sizes):
  * warm-up runs, then the median of >= 20 runs, the inputs rotated over 3
  * buffer sets so the 50 MB L2 does not keep them warm between runs.
@@ -20,8 +22,9 @@
  *   --seq S           only the BSHD cases of sequence length S
  *   --causal 0|1      only the non-causal (0) or causal (1) cases
  *   --small           instead, problems small enough for the main kernel
- *                     to write dQ (B 1, H 16: hd 64 at S 1000 and 1024,
- *                     hd 128 at S 500 and 512), causal and not
+ *                     to write dQ (B 1, H 16: hd 64 at S 1000, 1024,
+ *                     500 and 512, hd 128 at S 500 and 512), causal and
+ *                     not
  *   --runs N          timed runs per case (default 30, at least 20)
  *   --csv FILE        also write the rows as CSV
  * Exit: 0 when every case validated, 1 when one did not, 77 without a GPU.
@@ -134,8 +137,11 @@ static void twin_problem(const bench_case *c, sdpa_ref_problem *p) {
     p->heads_kv = 1;
     sdpa_ref_problem_alloc(p, lq, lq);
   } else {
+    /* lengths that are tile multiples or not, as the case's (its key's
+     * "even" field) */
+    const int uneven = c->plan && strstr(sdpa_bwd_plan_key(c->plan), ";even=0;");
     p->batch = 1;
-    p->seqlen_q = p->seqlen_kv = p->heads_q > 2 ? 256 : 512;
+    p->seqlen_q = p->seqlen_kv = (p->heads_q > 2 ? 256 : 512) - (uneven ? 12 : 0);
     sdpa_ref_problem_alloc(p, NULL, NULL);
   }
 }
@@ -143,6 +149,41 @@ static void twin_problem(const bench_case *c, sdpa_ref_problem *p) {
 /* "main" or "convert": who writes dQ in the case's kernel (its key). */
 static const char *dq_writer(const bench_case *c) {
   return c->plan && strstr(sdpa_bwd_plan_key(c->plan), ";dq=main") ? "main" : "convert";
+}
+
+/* An environment variable set for a while, then put back as it was. */
+typedef struct env_pin {
+  const char *name;
+  int had;
+  char saved[64];
+} env_pin;
+
+static void env_pin_set(env_pin *pin, const char *name, const char *value) {
+  const char *outer = getenv(name);
+  pin->name = name;
+  pin->had = outer != NULL;
+  snprintf(pin->saved, sizeof pin->saved, "%s", outer ? outer : "");
+  setenv(name, value, 1);
+}
+
+static void env_pin_restore(const env_pin *pin) {
+  if (pin->had)
+    setenv(pin->name, pin->saved, 1);
+  else
+    unsetenv(pin->name);
+}
+
+/* Whether the case's kernel has the small-grid tiles: its key is not the
+ * one the plan gets with that rule off. */
+static int small_grid_tiles(const bench_case *c) {
+  env_pin pin;
+  sdpa_bwd_plan *table = NULL;
+  env_pin_set(&pin, "SDPA_JIT_SMALL_GRID", "0");
+  int small = c->plan && sdpa_bwd_plan_create(&table, runtime, &c->desc) == 0 &&
+              strcmp(sdpa_bwd_plan_key_hash(table), sdpa_bwd_plan_key_hash(c->plan)) != 0;
+  env_pin_restore(&pin);
+  sdpa_bwd_plan_destroy(table);
+  return small;
 }
 
 static void validate_case(bench_case *c) {
@@ -165,24 +206,26 @@ static void validate_case(bench_case *c) {
     snprintf(c->message, sizeof c->message, "reference: out of memory");
     goto done;
   }
-  /* the twin is small: pin the case's dQ writer so that it gets its key */
-  const char *outer = getenv("SDPA_JIT_DQ_CONVERT");
-  char saved[16] = "";
-  if (outer) snprintf(saved, sizeof saved, "%s", outer);
-  setenv("SDPA_JIT_DQ_CONVERT", dq_writer(c), 1);
+  /* the twin is small: pin the case's dQ writer and tile class so that it
+   * gets the case's key */
+  env_pin dq_pin, tiles_pin;
+  env_pin_set(&dq_pin, "SDPA_JIT_DQ_CONVERT", dq_writer(c));
+  env_pin_set(&tiles_pin, "SDPA_JIT_SMALL_GRID", small_grid_tiles(c) ? "1" : "0");
   sdpa_gpu_run_problem(&gpu, runtime, &p, &l, &d, &o);
-  if (outer)
-    setenv("SDPA_JIT_DQ_CONVERT", saved, 1);
-  else
-    unsetenv("SDPA_JIT_DQ_CONVERT");
+  env_pin_restore(&tiles_pin);
+  env_pin_restore(&dq_pin);
   if (o.status != SDPA_STATUS_SUCCESS) {
     snprintf(c->message, sizeof c->message, "twin: %.1000s", o.message);
     sdpa_gpu_outcome_free(&o);
     goto done;
   }
-  if (c->plan && strcmp(o.key_hash, sdpa_bwd_plan_key_hash(c->plan)) != 0)
-    fprintf(stderr, "note: %s: the twin's key differs from the case's (%s)\n", c->name,
-            sdpa_bwd_plan_key(c->plan));
+  if (c->plan && strcmp(o.key_hash, sdpa_bwd_plan_key_hash(c->plan)) != 0) {
+    /* it would check another kernel than the one timed */
+    snprintf(c->message, sizeof c->message, "the twin's key differs from the case's (%s)",
+             sdpa_bwd_plan_key(c->plan));
+    sdpa_gpu_outcome_free(&o);
+    goto done;
+  }
   c->err[0] = sdpa_ref_rel_error(o.grads.dq, ref.dq, sdpa_ref_elements(&p, SDPA_REF_DQ));
   c->err[1] = sdpa_ref_rel_error(o.grads.dk, ref.dk, sdpa_ref_elements(&p, SDPA_REF_DK));
   c->err[2] = sdpa_ref_rel_error(o.grads.dv, ref.dv, sdpa_ref_elements(&p, SDPA_REF_DV));
@@ -201,14 +244,14 @@ done:
 }
 
 /* Validates case i, reusing the result of an earlier case of the same
- * class (the twin depends only on the class). */
+ * key and group size (the twin depends only on those). */
 static void validate_class(bench_case *cases, int i) {
   bench_case *c = &cases[i];
   for (int j = 0; j < i; j++) {
     const bench_case *e = &cases[j];
-    if (e->dtype == c->dtype && e->head_dim == c->head_dim && e->causal == c->causal &&
-        e->layout == c->layout && e->heads_q / e->heads_kv == c->heads_q / c->heads_kv &&
-        !strcmp(dq_writer(e), dq_writer(c)) && e->status == SDPA_STATUS_SUCCESS) {
+    if (e->status == SDPA_STATUS_SUCCESS && e->plan && c->plan &&
+        e->heads_q / e->heads_kv == c->heads_q / c->heads_kv &&
+        !strcmp(sdpa_bwd_plan_key_hash(e->plan), sdpa_bwd_plan_key_hash(c->plan))) {
       c->validated = e->validated;
       memcpy(c->err, e->err, sizeof c->err);
       snprintf(c->message, sizeof c->message, "%s", e->message);
@@ -519,12 +562,14 @@ int main(int argc, char **argv) {
     sdpa_dtype dtype = dtypes[di];
     if ((only_dtype && dtype != only_dtype) || (quick && dtype != SDPA_DTYPE_BF16)) continue;
     if (small) {
-      static const int small_lengths[2][2] = {{1024, 1000}, {512, 500}}; /* by head_dim */
+      /* by head_dim, 0-terminated: 1024 at hd 64 is 128 blocks of 128 kv
+       * rows (16 heads), 512 at either head_dim 64 */
+      static const int small_lengths[2][5] = {{1024, 1000, 512, 500, 0}, {512, 500, 0}};
       for (int hi = 0; hi < 2; hi++) {
         const int hd = dims[hi];
         if (only_hd && hd != only_hd) continue;
         for (int causal = 0; causal < 2; causal++)
-          for (int li = 0; li < 2; li++) {
+          for (int li = 0; small_lengths[hi][li]; li++) {
             const int s = small_lengths[hi][li];
             if ((only_seq && s != only_seq) || (only_causal >= 0 && causal != only_causal))
               continue;

@@ -8,9 +8,21 @@
  * dV live in registers, N*(D+DV)/(32*warps) floats per thread, kept at
  * 128 or below. The table lists, per head_dim, candidates from fastest to
  * smallest; the first that fits the arch's shared memory wins.
+ *
+ * Small grids. The main kernel runs one block per kv tile per (sequence,
+ * kv head), and each block walks every query tile in turn. When that grid
+ * is at most SMALL_GRID_BLOCKS blocks at the table's kv tile of 128
+ * (causal: twice as many, as their blocks' work is unequal), most of a
+ * 108-148 SM GPU idles and the time is the length of one block's chain;
+ * 64-row kv tiles double the blocks and halve the chain (bench_bwd
+ * --small on an H200: +19 to +32%; bench/NOTES.md). The choice is a
+ * function of the descriptor alone, so preheat can reach both keys (its
+ * --tiles list). BSHD only (THD lengths arrive at execute) and not
+ * deterministic (its ordered dQ hand-off grows with the kv tiles).
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "plan.h"
 #include "status.h"
@@ -49,6 +61,36 @@ static const config_row table[] = {
   {192, {{64, 64, 8, 2}, {64, 64, 8, 1}, {32, 64, 8, 1}, {0}}},
   {256, {{32, 64, 8, 2}, {32, 32, 4, 1}, {0}}},
 };
+
+/* Small-grid candidates, best first (the table's warps; q tile 128 where
+ * shared memory allows: +2 to +4% over 64 at head_dim 64 and 128). */
+static const tile_choice small_grid_candidates[] = {
+    {128, 64, 8, 2}, {64, 64, 8, 2}, {64, 64, 8, 1}, {0}};
+#define SMALL_GRID_BLOCKS 64
+
+/* Whether `d`, planned with the table's choice `c`, is a small grid (see
+ * the file comment). SDPA_JIT_SMALL_GRID=0 turns the rule off (tests use
+ * it to run small problems with the table's tiles); 1 or unset: on. */
+static sdpa_status small_grid(const sdpa_bwd_desc *d, const sdpa_kernel_config *c,
+                              int *out) {
+  const char *env = getenv("SDPA_JIT_SMALL_GRID");
+  *out = 0;
+  if (env && *env && strcmp(env, "0") != 0 && strcmp(env, "1") != 0)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "SDPA_JIT_SMALL_GRID = \"%s\" is not valid: expected "
+                          "\"0\" (the table's tiles for every grid) or \"1\" "
+                          "(64-row kv tiles for small grids, the default)",
+                          env);
+  if ((env && !strcmp(env, "0")) || d->layout != SDPA_LAYOUT_BSHD ||
+      d->deterministic || c->kv_tile != 128)
+    return SDPA_STATUS_SUCCESS;
+  const int causal = d->mask == SDPA_MASK_CAUSAL_TOP_LEFT ||
+                     d->mask == SDPA_MASK_CAUSAL_BOTTOM_RIGHT;
+  const int64_t tiles = ((int64_t)d->seqlen_kv + c->kv_tile - 1) / c->kv_tile;
+  const int64_t blocks = tiles * d->batch * d->heads_kv;
+  *out = blocks <= (causal ? 2 : 1) * SMALL_GRID_BLOCKS;
+  return SDPA_STATUS_SUCCESS;
+}
 
 /* Tuning knob: SDPA_JIT_TILES="q_tile,kv_tile,warps,stages" replaces the
  * table's choice (for every head_dim) when it fits. Tiles are key fields,
@@ -104,6 +146,16 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, sdpa_kernel_config *out) 
       sdpa_kernel_config c = {t->q_tile, t->kv_tile, t->warps, t->stages, 0};
       c.smem_bytes = sdpa_config_smem_bytes(d->head_dim, d->head_dim_v, &c);
       if (c.smem_bytes <= limit) {
+        int small = 0;
+        if ((st = small_grid(d, &c, &small))) return st;
+        for (const tile_choice *s = small_grid_candidates; small && s->q_tile; ++s) {
+          sdpa_kernel_config n = {s->q_tile, s->kv_tile, s->warps, s->stages, 0};
+          n.smem_bytes = sdpa_config_smem_bytes(d->head_dim, d->head_dim_v, &n);
+          if (n.smem_bytes <= limit) {
+            c = n;
+            break;
+          }
+        }
         *out = c;
         return SDPA_STATUS_SUCCESS;
       }

@@ -151,7 +151,8 @@ typedef struct command_help {
 static const command_help helps[] = {
     {"preheat",
      {"--arch", "--dtype", "--head-dim", "--head-dim-v", "--mask", "--layout",
-      "--lse", "--deterministic", "--even", "--dq", "-j", "--json", NULL}},
+      "--lse", "--deterministic", "--even", "--dq", "--tiles", "-j", "--json",
+      NULL}},
     {"ls", {"--json", NULL}},
     {"show", {"KEY", NULL}},
     {"stats", {"entries", NULL}},
@@ -234,6 +235,7 @@ static const usage_case usage_cases[] = {
     {"preheat --deterministic 2", "0 to 1"},
     {"preheat --even 0,1,7", "0 to 1"},
     {"preheat --dq both", "main, convert"},
+    {"preheat --tiles big", "default, small"},
     {"preheat -j 0", "thread count"},
     {"preheat --arch", "needs a value"},
     {"prune", "--max-bytes or --older-than"},
@@ -373,7 +375,8 @@ END_TEST
 /* ------------------------------------------------ preheat and its row */
 
 #define ONE_KEY \
-  "--arch 80 --dtype bf16 --head-dim 128 --mask none --layout bshd --dq convert"
+  "--arch 80 --dtype bf16 --head-dim 128 --mask none --layout bshd --dq convert " \
+  "--tiles default"
 
 START_TEST(test_preheat_lifecycle) {
   char line[1200];

@@ -5,7 +5,8 @@
  * The runtime's arch option stands in for a device, so this is exactly the
  * preheating path of a build host. The grid tests compile every template
  * variant of the default preheat grid (dtype bf16/fp16 x head_dim 64/128 x
- * mask none/causal_br x layout bshd even/uneven and thd) for sm_80 and
+ * mask none/causal_br x layout bshd even/uneven, each with the table's and
+ * the small-grid tiles, and thd) for sm_80 and
  * sm_90 and read each cubin's ELF symbol table for the three kernels, and
  * ptxas's report in the log for spills. They compile into a cache
  * directory shared by the whole run, so later tests find those rows there.
@@ -56,7 +57,8 @@ typedef struct variant {
   int head_dim;
   sdpa_mask mask;
   sdpa_layout layout;
-  int even; /* BSHD only */
+  int even;  /* BSHD only */
+  int small; /* BSHD only: the small-grid tiles (else the table's) */
 } variant;
 
 static sdpa_bwd_desc variant_desc(const variant *v, int arch) {
@@ -78,19 +80,21 @@ static sdpa_bwd_desc variant_desc(const variant *v, int arch) {
   return d;
 }
 
-/* The default preheat grid: 24 variants. */
+/* The default preheat grid: 40 variants. */
 static int grid(variant *out) {
   const sdpa_dtype dtypes[] = {SDPA_DTYPE_BF16, SDPA_DTYPE_FP16};
   const int dims[] = {64, 128};
   const sdpa_mask masks[] = {SDPA_MASK_NONE, SDPA_MASK_CAUSAL_BOTTOM_RIGHT};
-  const variant layouts[] = {{0, 0, 0, SDPA_LAYOUT_BSHD, 1},
-                             {0, 0, 0, SDPA_LAYOUT_BSHD, 0},
-                             {0, 0, 0, SDPA_LAYOUT_THD, 0}};
+  const variant layouts[] = {{0, 0, 0, SDPA_LAYOUT_BSHD, 1, 0},
+                             {0, 0, 0, SDPA_LAYOUT_BSHD, 1, 1},
+                             {0, 0, 0, SDPA_LAYOUT_BSHD, 0, 0},
+                             {0, 0, 0, SDPA_LAYOUT_BSHD, 0, 1},
+                             {0, 0, 0, SDPA_LAYOUT_THD, 0, 0}};
   int n = 0;
   for (int a = 0; a < 2; a++)
     for (int b = 0; b < 2; b++)
       for (int c = 0; c < 2; c++)
-        for (int l = 0; l < 3; l++) {
+        for (int l = 0; l < 5; l++) {
           out[n] = layouts[l];
           out[n].dtype = dtypes[a];
           out[n].head_dim = dims[b];
@@ -159,16 +163,21 @@ static void check_no_spills(const char *log, const char *function,
 static void compile_grid(int arch) {
   char *path = sdpa_test_path(shared_dir, "kernels.sqlite");
   sdpa_runtime *rt = open_runtime(path, arch, NULL);
-  variant vs[32];
+  variant vs[40];
   int n = grid(vs);
-  ck_assert_int_eq(n, 24);
-  grid_job jobs[32];
+  ck_assert_int_eq(n, 40);
+  grid_job jobs[40];
   memset(jobs, 0, sizeof jobs);
   for (int i = 0; i < n; i++) {
+    /* the variants' problems are small grids: the table's tiles need the
+     * rule off */
     sdpa_bwd_desc d = variant_desc(&vs[i], arch);
+    ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", vs[i].small ? "1" : "0", 1), 0);
     jobs[i].plan = make_plan(rt, &d);
+    unsetenv("SDPA_JIT_SMALL_GRID");
     ck_assert_int_eq(jobs[i].plan->fields.even,
                      vs[i].layout == SDPA_LAYOUT_BSHD && vs[i].even);
+    ck_assert_int_eq(jobs[i].plan->fields.config.kv_tile, vs[i].small ? 64 : 128);
   }
   grid_queue q = {PTHREAD_MUTEX_INITIALIZER, jobs, n, 0};
   pthread_t threads[2];
@@ -248,7 +257,7 @@ END_TEST
 
 /* bf16, head_dim 64, no mask, BSHD even: the key the other tests use. */
 static sdpa_bwd_desc small_desc(int arch) {
-  variant v = {SDPA_DTYPE_BF16, 64, SDPA_MASK_NONE, SDPA_LAYOUT_BSHD, 1};
+  variant v = {SDPA_DTYPE_BF16, 64, SDPA_MASK_NONE, SDPA_LAYOUT_BSHD, 1, 1};
   return variant_desc(&v, arch);
 }
 

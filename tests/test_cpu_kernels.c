@@ -2,17 +2,19 @@
  * test_cpu_kernels.c — every shape class of the kernel family compiles for
  * every arch it targets (sm_80, 86, 89, 90, 120) with NVRTC, its three
  * kernels are in the cubin, and ptxas reports no register spills (in any
- * function) at the tiles the table picks for that arch.
+ * function) at the tiles the table picks for that arch, and at the
+ * small-grid tiles.
  *
  * A class is head_dim x head_dim_v x dtype x mask x layout x LSE class x
  * determinism. All 3,360 combinations take ~40 minutes to compile on two
- * cores, so each arch x head_dim pair compiles three representatives
+ * cores, so each arch x head_dim pair compiles six representatives
  * chosen to cover every field value and the heaviest code paths (bounds
  * checks + sliding window + strided LSE + deterministic hand-off; fully
  * even BSHD; bottom-right causal with uneven lengths; THD with top-left
- * causal and with a window, not deterministic), three of them with the
- * main kernel writing dQ and two with the convert kernel. The full
- * sweep's result is recorded in bench/NOTES.md.
+ * causal and with a window, not deterministic; a small BSHD grid with a
+ * window, uneven lengths and strided LSE), four of them with the main
+ * kernel writing dQ and two with the convert kernel. The full sweep's
+ * result is recorded in bench/NOTES.md.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -38,6 +40,8 @@ static const variant variants[] = {
     {SDPA_DTYPE_BF16, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, SDPA_LAYOUT_BSHD, 0, 1, 1, 1},
     {SDPA_DTYPE_FP16, SDPA_MASK_CAUSAL_TOP_LEFT, SDPA_LAYOUT_THD, 0, 0, 0, 0},
     {SDPA_DTYPE_BF16, SDPA_MASK_SLIDING_WINDOW, SDPA_LAYOUT_THD, 0, 0, 0, 1},
+    /* a small grid (16 blocks of kv tiles): the small-grid tiles */
+    {SDPA_DTYPE_FP16, SDPA_MASK_SLIDING_WINDOW, SDPA_LAYOUT_BSHD, 0, 1, 0, 1},
 };
 #define VARIANTS ((int)(sizeof variants / sizeof variants[0]))
 

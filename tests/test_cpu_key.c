@@ -385,9 +385,11 @@ END_TEST
 
 /* Launch arguments do not move the key: one artifact serves them all. */
 START_TEST(launch_arguments_leave_key_unchanged) {
-  /* Sizes move the key only through the dQ writer (the test above): pin
-   * it, so that these variants may cross its 4 MiB threshold. */
+  /* Sizes move the key only through the dQ writer (the test above) and
+   * the small-grid tiles (test_cpu_plan's small_grid_tiles): pin both, so
+   * that these variants may cross the 4 MiB and 64-block thresholds. */
   ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "convert", 1), 0);
+  ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", "0", 1), 0);
   sdpa_runtime *rt = open_runtime();
   sdpa_bwd_desc base = base_desc();
   key_copy ref = plan_key(rt, &base);
@@ -446,6 +448,7 @@ START_TEST(launch_arguments_leave_key_unchanged) {
   ck_assert_str_eq(plan_key(rt, &s1).hash, plan_key(rt, &s2).hash);
   sdpa_runtime_destroy(rt);
   unsetenv("SDPA_JIT_DQ_CONVERT");
+  unsetenv("SDPA_JIT_SMALL_GRID");
 }
 END_TEST
 

@@ -651,6 +651,87 @@ START_TEST(dq_writer) {
 }
 END_TEST
 
+/* The kernel configuration of `d` as "qt,kvt,warps,stages". */
+static const char *tiles_of(const sdpa_bwd_desc *d, char *buf, size_t size) {
+  sdpa_bwd_plan *plan = make(d);
+  const sdpa_kernel_config *c = &plan->fields.config;
+  snprintf(buf, size, "%d,%d,%d,%d", c->q_tile, c->kv_tile, c->warps, c->stages);
+  sdpa_bwd_plan_destroy(plan);
+  return buf;
+}
+
+/* Small grids: at most 64 blocks of 128 kv rows (causal: 128) take 64-row
+ * kv tiles (q tile 128 where shared memory allows); BSHD, not
+ * deterministic, table kv tile 128 only; SDPA_JIT_SMALL_GRID=0 turns it
+ * off and is validated; SDPA_JIT_TILES still wins. */
+START_TEST(small_grid_tiles) {
+  char t[32];
+  sdpa_bwd_desc d = good();
+  d.arch = 90;
+  d.dtype = SDPA_DTYPE_BF16;
+  d.head_dim = d.head_dim_v = 128;
+  d.batch = 1;
+  d.heads_q = d.heads_kv = 16;
+  d.seqlen_q = d.seqlen_kv = 512; /* 16 x 4 = 64 blocks */
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "128,64,8,2");
+  d.seqlen_kv = 513; /* 16 x 5 = 80 blocks */
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "64,128,8,2");
+  d.mask = SDPA_MASK_CAUSAL_TOP_LEFT; /* causal: up to 128 blocks */
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "128,64,8,2");
+  d.mask = SDPA_MASK_CAUSAL_BOTTOM_RIGHT;
+  d.seqlen_q = d.seqlen_kv = 1024; /* 128 blocks */
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "128,64,8,2");
+  d.seqlen_kv = 1025; /* 144 blocks */
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "64,128,8,2");
+  d.mask = SDPA_MASK_SLIDING_WINDOW; /* not causal: 64 */
+  d.window_left = 64;
+  d.window_right = 0;
+  d.seqlen_q = d.seqlen_kv = 1024;
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "64,128,8,2");
+  d.heads_q = d.heads_kv = 8; /* 64 blocks */
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "128,64,8,2");
+  d.heads_q = 64; /* GQA: blocks count kv heads; dQ by the convert kernel */
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "128,64,8,2");
+  d.heads_q = 8;
+  d.deterministic = 1;
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "64,128,8,2");
+  d.deterministic = 0;
+
+  /* sm_80's 163 KiB: q tile 64 at head_dim 128, 128 at 64 */
+  d.arch = 80;
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "64,64,8,2");
+  d.head_dim = d.head_dim_v = 64;
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "128,64,8,2");
+  /* sm_86: its table tiles are 64-row already */
+  d.arch = 86;
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "64,64,8,2");
+  /* head_dim 256: the table's kv tile is 64 */
+  d.arch = 90;
+  d.head_dim = d.head_dim_v = 256;
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "32,64,8,2");
+  d.head_dim = d.head_dim_v = 128;
+
+  /* THD: its lengths arrive at execute */
+  sdpa_bwd_desc thd = d;
+  thd.layout = SDPA_LAYOUT_THD;
+  thd.batch = 1;
+  thd.max_total_q = thd.max_total_kv = 1024;
+  memset(&thd.q, 0, sizeof thd.q);
+  ck_assert_str_eq(tiles_of(&thd, t, sizeof t), "64,128,8,2");
+
+  ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", "0", 1), 0);
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "64,128,8,2");
+  ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", "1", 1), 0);
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "128,64,8,2");
+  ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", "yes", 1), 0);
+  REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_SMALL_GRID = \"yes\"", "\"0\"", "\"1\"");
+  unsetenv("SDPA_JIT_SMALL_GRID");
+  ck_assert_int_eq(setenv("SDPA_JIT_TILES", "64,128,8,1", 1), 0);
+  ck_assert_str_eq(tiles_of(&d, t, sizeof t), "64,128,8,1");
+  unsetenv("SDPA_JIT_TILES");
+}
+END_TEST
+
 /* The masked launch order's groups: about 256 blocks of kv tiles, at
  * most every (sequence, kv head) pair, or SDPA_JIT_ORDER_GROUP. */
 START_TEST(launch_order_group) {
@@ -758,6 +839,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(tc, dims_overflow_offsets);
   tcase_add_test(tc, strides_overflow);
   tcase_add_test(tc, launch_grid_limits);
+  tcase_add_test(tc, small_grid_tiles);
   tcase_add_test(tc, heads_not_multiple);
   tcase_add_test(tc, head_dim_unsupported);
   tcase_add_test(tc, head_dim_v_above_head_dim);

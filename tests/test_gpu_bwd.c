@@ -5,7 +5,9 @@
  * - matrix: a fixed list covering every feature (dtypes, head dims, masks,
  *   BSHD strides, interleaved buffers, LSE layouts, THD with empty and
  *   unequal sequences, GQA/MQA, odd and tile-multiple lengths, seqlen 1,
- *   many sequences, many heads, explicit scale), for fp16 and bf16;
+ *   many sequences, many heads, explicit scale), for fp16 and bf16; again
+ *   (in part) with dQ by the convert kernel, with the table's tiles instead
+ *   of the small-grid ones, and with the launch order in groups;
  * - sweep: >= 200 random descriptors from a fresh, printed seed
  *   (SDPA_TEST_SEED reproduces one; SDPA_TEST_SWEEP_CASES changes the count);
  * - deterministic mode gives bitwise-identical outputs run after run;
@@ -560,6 +562,14 @@ START_TEST(matrix_convert_kernel) {
 }
 END_TEST
 
+/* Every case again with the small-grid rule off: the matrix's BSHD
+ * problems are small grids, so by default they run 64-row kv tiles; here
+ * they run the table's tiles, as larger problems do. */
+START_TEST(matrix_table_tiles) {
+  matrix_with_env("SDPA_JIT_SMALL_GRID", "0", 1, "matrix, the table's tiles");
+}
+END_TEST
+
 /* Every third case with the masked launch order in groups of 3 (sequence,
  * kv head) pairs: the matrix's problems are short, so by default one
  * group holds every pair; here most have several groups and a smaller
@@ -1098,6 +1108,7 @@ static Suite *gpu_suite(void) {
   TCase *numerics = tcase_create("numerics");
   tcase_add_test(numerics, matrix);
   tcase_add_test(numerics, matrix_convert_kernel);
+  tcase_add_test(numerics, matrix_table_tiles);
   tcase_add_test(numerics, matrix_launch_groups);
   tcase_add_test(numerics, deterministic_is_bitwise);
   tcase_add_test(numerics, random_sweep);

@@ -19,6 +19,9 @@
 
 /* BSHD lengths: a multiple of every tile, and a multiple of none. */
 enum { EVEN_LENGTH = 1024, UNEVEN_LENGTH = 1000, THD_MAX_S = 1024 };
+/* Query lengths of the default-tiles BSHD points whose main kernel writes
+ * dQ: many blocks of kv tiles, little dQ. */
+enum { SHORT_EVEN_LENGTH = 128, SHORT_UNEVEN_LENGTH = 100 };
 enum { WINDOW_LEFT = 128, WINDOW_RIGHT = 0 };
 
 const char cli_dtype_names[] = "bf16,fp16";
@@ -26,6 +29,7 @@ const char cli_mask_names[] = "none,causal_tl,causal_br,window";
 const char cli_layout_names[] = "bshd,thd";
 const char cli_lse_names[] = "packed,strided";
 const char cli_dq_names[] = "main,convert";
+const char cli_tiles_names[] = "default,small";
 
 typedef struct named_value {
   const char *name;
@@ -46,6 +50,8 @@ static const named_value lse_classes[] = {
     {"packed", 0}, {"strided", 1}, {NULL, 0}};
 static const named_value dq_writers[] = {
     {"main", 1}, {"convert", 0}, {NULL, 0}};
+static const named_value tile_classes[] = {
+    {"default", 0}, {"small", 1}, {NULL, 0}};
 
 /* The name of `value` in `table`, or "?". */
 static const char *name_of(const named_value *table, int value) {
@@ -160,6 +166,12 @@ const char *cli_list_parse_dq(const char *text, cli_list *out) {
   return parse_list(text, name_item, &names, names.message, out);
 }
 
+const char *cli_list_parse_tiles(const char *text, cli_list *out) {
+  static const name_table names = {
+      tile_classes, "expected a comma list of default, small"};
+  return parse_list(text, name_item, &names, names.message, out);
+}
+
 /* Sets `list` to `values` when it is empty. */
 static void default_list(cli_list *list, const int *values, size_t count) {
   if (list->count) return;
@@ -175,6 +187,7 @@ void cli_grid_fill_defaults(cli_grid *grid, int arch, int also_uneven) {
   static const int zero[] = {0};
   static const int even_defaults[] = {1, 0};
   static const int dq_defaults[] = {0, 1};
+  static const int tiles_defaults[] = {0, 1};
   default_list(&grid->arch, &arch, 1);
   default_list(&grid->dtype, dtype_defaults, 2);
   default_list(&grid->head_dim, head_dim_defaults, 2);
@@ -184,9 +197,10 @@ void cli_grid_fill_defaults(cli_grid *grid, int arch, int also_uneven) {
   default_list(&grid->deterministic, zero, 1);
   default_list(&grid->even, even_defaults, also_uneven ? 2 : 1);
   default_list(&grid->dq_main, dq_defaults, 2);
+  default_list(&grid->tiles, tiles_defaults, 2);
 }
 
-enum { LISTS = 9 };
+enum { LISTS = 10 };
 
 /* The lists in the order points are enumerated (last varies fastest). */
 static void grid_lists(const cli_grid *grid, const cli_list *lists[LISTS]) {
@@ -199,6 +213,7 @@ static void grid_lists(const cli_grid *grid, const cli_list *lists[LISTS]) {
   lists[6] = &grid->lse_strided;
   lists[7] = &grid->deterministic;
   lists[8] = &grid->dq_main;
+  lists[9] = &grid->tiles;
 }
 
 size_t cli_grid_size(const cli_grid *grid) {
@@ -230,7 +245,9 @@ int cli_grid_point_at(const cli_grid *grid, size_t index,
   out->lse_strided = picked[6];
   out->deterministic = picked[7];
   out->dq_main = picked[8];
-  return out->layout == SDPA_LAYOUT_THD && positions[5] > 0;
+  out->small = picked[9];
+  return (out->layout == SDPA_LAYOUT_THD && positions[5] > 0) ||
+         (out->small && (out->layout == SDPA_LAYOUT_THD || out->deterministic));
 }
 
 void cli_grid_desc(const cli_grid_point *point, sdpa_bwd_desc *out) {
@@ -239,14 +256,26 @@ void cli_grid_desc(const cli_grid_point *point, sdpa_bwd_desc *out) {
   desc.version = SDPA_BWD_DESC_VERSION;
   desc.dtype = point->dtype;
   desc.layout = point->layout;
-  desc.batch = point->dq_main ? 1 : 64; /* dQ accumulator vs 4 MiB */
-  desc.heads_q = 1;
-  desc.heads_kv = 1;
+  const int length = point->even ? EVEN_LENGTH : UNEVEN_LENGTH;
   if (point->layout == SDPA_LAYOUT_THD) {
+    desc.batch = point->dq_main ? 1 : 64; /* dQ accumulator vs 4 MiB */
+    desc.heads_q = desc.heads_kv = 1;
     desc.seqlen_q = desc.seqlen_kv = THD_MAX_S;
   } else {
-    desc.seqlen_q = desc.seqlen_kv =
-        point->even ? EVEN_LENGTH : UNEVEN_LENGTH;
+    /* {batch, heads_q, heads_kv, seqlen_q} by (small, dq_main); kv
+     * lengths 1024 / 1000. Blocks of 128 kv rows: 8, 8, 512, 192 (64-row
+     * tiles: twice as many); dQ accumulator at head_dim 32..256: 8-64
+     * MiB, 128-1024 KiB, 8-64 MiB, 0.4-3 MiB. */
+    static const int shapes[2][2][4] = {
+        {{64, 1, 1, 0}, {1, 24, 24, SHORT_EVEN_LENGTH}}, /* default */
+        {{1, 64, 1, 0}, {1, 1, 1, 0}}};                  /* small   */
+    const int *shape = shapes[point->small][point->dq_main];
+    desc.batch = shape[0];
+    desc.heads_q = shape[1];
+    desc.heads_kv = shape[2];
+    desc.seqlen_kv = length;
+    desc.seqlen_q = !shape[3] ? length
+                    : point->even ? SHORT_EVEN_LENGTH : SHORT_UNEVEN_LENGTH;
   }
   desc.head_dim = point->head_dim;
   desc.head_dim_v = point->head_dim_v;
@@ -277,10 +306,12 @@ void cli_grid_describe(const cli_grid_point *point, char *buf, size_t size) {
   else
     snprintf(even, sizeof even, " even=%d", point->even);
   snprintf(buf, size,
-           "arch=%d dtype=%s hd=%d hdv=%d mask=%s layout=%s lse=%s det=%d%s dq=%s",
+           "arch=%d dtype=%s hd=%d hdv=%d mask=%s layout=%s lse=%s det=%d%s dq=%s "
+           "tiles=%s",
            point->arch, name_of(dtypes, point->dtype), point->head_dim,
            point->head_dim_v, name_of(masks, point->mask),
            name_of(layouts, point->layout),
            name_of(lse_classes, point->lse_strided), point->deterministic,
-           even, name_of(dq_writers, point->dq_main));
+           even, name_of(dq_writers, point->dq_main),
+           name_of(tile_classes, point->small));
 }

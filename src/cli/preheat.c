@@ -35,6 +35,7 @@ enum {
   OPT_DETERMINISTIC,
   OPT_EVEN,
   OPT_DQ,
+  OPT_TILES,
   OPT_JOBS,
   OPT_JSON
 };
@@ -50,6 +51,7 @@ static const cli_option options[] = {
     {"--deterministic", NULL, 1, OPT_DETERMINISTIC},
     {"--even", NULL, 1, OPT_EVEN},
     {"--dq", NULL, 1, OPT_DQ},
+    {"--tiles", NULL, 1, OPT_TILES},
     {"--jobs", "-j", 1, OPT_JOBS},
     {"--json", NULL, 0, OPT_JSON},
     {NULL, NULL, 0, 0}};
@@ -78,6 +80,10 @@ static void print_help(void) {
       "  --dq LIST              %s: who writes dQ, the main kernel\n"
       "                         (problems up to 4 MiB of fp32 dQ) or a\n"
       "                         convert kernel (larger) (default both)\n"
+      "  --tiles LIST           %s: the table's tiles, or those of\n"
+      "                         BSHD problems whose main kernel runs at\n"
+      "                         most 64 blocks of 128 kv rows (causal:\n"
+      "                         128), not deterministic (default both)\n"
       "  -j, --jobs N           compile threads (default: online CPUs)\n"
       "  --json                 one JSON object per key, then the summary\n"
       "                         as a JSON object\n"
@@ -89,7 +95,7 @@ static void print_help(void) {
       "point is not supported on its arch). Exit status 1 when a key\n"
       "failed.\n",
       CLI_PROGRAM, cli_dtype_names, cli_mask_names, cli_layout_names,
-      cli_lse_names, cli_dq_names);
+      cli_lse_names, cli_dq_names, cli_tiles_names);
 }
 
 /* What the command line asked for. */
@@ -138,6 +144,8 @@ static int parse(cli_args *args, request *req) {
       break;
     case OPT_DQ: error = cli_list_parse_dq(value, &req->grid.dq_main);
       break;
+    case OPT_TILES: error = cli_list_parse_tiles(value, &req->grid.tiles);
+      break;
     case OPT_JOBS:
       if (cli_parse_int(value, 1, 1024, &req->threads) != 0)
         error = "expected a thread count from 1 to 1024";
@@ -151,7 +159,7 @@ static int parse(cli_args *args, request *req) {
         if (o->id == id) name = o->name;
       return cli_usage_error(args, "%s '%s': %s", name, value, error);
     }
-    if (id >= OPT_ARCH && id <= OPT_DQ) req->grid_options++;
+    if (id >= OPT_ARCH && id <= OPT_TILES) req->grid_options++;
   }
   return -1;
 }
