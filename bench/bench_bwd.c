@@ -8,7 +8,7 @@
  * same key, else the case fails; B=1, S=512 or 500) runs against the
  * float64 CPU reference, since the reference is far too slow for the
  * full sizes. Then the full case is timed with CUDA events around
- * each sdpa_bwd_execute (preprocess + main + dQ convert at these sizes):
+ * each sdpa_bwd_execute (preprocess + main + dQ convert):
  * warm-up runs, then the median of >= 20 runs, the inputs rotated over 3
  * buffer sets so the 50 MB L2 does not keep them warm between runs.
  * TFLOP/s = 4 * B * H * Sq * Skv * D * 2.5 / time (the backward counted as
@@ -21,10 +21,11 @@
  *   --dtype bf16|fp16 --hd 64|128   only those
  *   --seq S           only the BSHD cases of sequence length S
  *   --causal 0|1      only the non-causal (0) or causal (1) cases
- *   --small           instead, problems small enough for the main kernel
- *                     to write dQ (B 1, H 16: hd 64 at S 1000, 1024,
- *                     500 and 512, hd 128 at S 500 and 512), causal and
- *                     not
+ *   --small           instead, small problems (B 1, H 16: hd 64 at S
+ *                     1000, 1024, 500 and 512, hd 128 at S 500 and 512),
+ *                     causal and not
+ *   --shape B,H,S     instead, BSHD problems of B sequences of length S
+ *                     and H heads, hd 64 and 128, causal and not
  *   --runs N          timed runs per case (default 30, at least 20)
  *   --csv FILE        also write the rows as CSV
  * Exit: 0 when every case validated, 1 when one did not, 77 without a GPU.
@@ -523,17 +524,25 @@ static int add_case(bench_case *cases, int count, sdpa_dtype dtype, sdpa_layout 
 }
 
 static void usage(void) {
-  printf("usage: bench_bwd [--quick | --small] [--dtype bf16|fp16] [--hd 64|128] [--seq S]\n"
-         "                 [--causal 0|1] [--runs N] [--csv FILE]\n");
+  printf("usage: bench_bwd [--quick | --small | --shape B,H,S] [--dtype bf16|fp16]\n"
+         "                 [--hd 64|128] [--seq S] [--causal 0|1] [--runs N] [--csv FILE]\n");
 }
 
 int main(int argc, char **argv) {
   int quick = 0, small = 0, runs = 30, only_hd = 0, only_seq = 0, only_causal = -1;
+  int shape[3] = {0, 0, 0}; /* --shape B,H,S */
   sdpa_dtype only_dtype = 0;
   const char *csv_path = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--small")) small = 1;
+    else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+      if (sscanf(argv[++i], "%d,%d,%d", &shape[0], &shape[1], &shape[2]) != 3 || shape[0] < 1 ||
+          shape[1] < 1 || shape[2] < 1) {
+        usage();
+        return 2;
+      }
+    }
     else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
       const char *d = argv[++i];
       only_dtype = !strcmp(d, "bf16") ? SDPA_DTYPE_BF16 : !strcmp(d, "fp16") ? SDPA_DTYPE_FP16 : 0;
@@ -561,6 +570,18 @@ int main(int argc, char **argv) {
   for (int di = 0; di < 2; di++) {
     sdpa_dtype dtype = dtypes[di];
     if ((only_dtype && dtype != only_dtype) || (quick && dtype != SDPA_DTYPE_BF16)) continue;
+    if (shape[0]) {
+      for (int hi = 0; hi < 2; hi++)
+        for (int causal = 0; causal < 2; causal++) {
+          if ((only_hd && dims[hi] != only_hd) || (only_causal >= 0 && causal != only_causal))
+            continue;
+          char tag[32];
+          snprintf(tag, sizeof tag, "B%d H%d S%d", shape[0], shape[1], shape[2]);
+          count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, shape[0], shape[1], shape[1],
+                           shape[2], dims[hi], causal, tag);
+        }
+      continue;
+    }
     if (small) {
       /* by head_dim, 0-terminated: 1024 at hd 64 is 128 blocks of 128 kv
        * rows (16 heads), 512 at either head_dim 64 */

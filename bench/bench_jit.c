@@ -21,7 +21,8 @@
  *   plan create        sdpa_bwd_plan_create, in process (median of 1000)
  *   repeat compile     sdpa_bwd_compile of a compiled plan (median of 10000)
  *   execute (host)     host time of one sdpa_bwd_execute call on a small
- *                      problem (median of 2000; GPU only)
+ *                      problem (median of 2000; GPU only): the default
+ *                      three launches, and two with SDPA_JIT_DQ_CONVERT=main
  * Without a GPU everything but the last row runs, for --arch (default 90).
  * Options: --arch N, --quick (4 keys), --repeats N (warm processes per
  * key, default 3), --csv FILE.
@@ -196,8 +197,11 @@ static const char *source_name(sdpa_source s) {
   }
 }
 
-/* Host time of sdpa_bwd_execute on a small problem (GPU only). */
-static double execute_host_us(sdpa_gpu *gpu, sdpa_runtime *runtime, int iterations) {
+/* Host time of sdpa_bwd_execute on a small problem (GPU only), its plan
+ * made with SDPA_JIT_DQ_CONVERT=`writer` ("convert": three launches,
+ * "main": two). */
+static double execute_host_us(sdpa_gpu *gpu, sdpa_runtime *runtime, int iterations,
+                              const char *writer) {
   sdpa_ref_problem p = {0};
   p.dtype = SDPA_DTYPE_BF16;
   p.layout = SDPA_LAYOUT_BSHD;
@@ -217,7 +221,16 @@ static double execute_host_us(sdpa_gpu *gpu, sdpa_runtime *runtime, int iteratio
   sdpa_ref_layout_make(&l, &p, SDPA_REF_STYLE_PACKED, SDPA_REF_LSE_PACKED);
   sdpa_bwd_desc desc;
   sdpa_ref_desc(&p, &l, &desc);
-  if (sdpa_bwd_plan_create(&plan, runtime, &desc) || sdpa_bwd_compile(plan, NULL)) goto done;
+  const char *outer = getenv("SDPA_JIT_DQ_CONVERT");
+  char saved[32] = "";
+  if (outer) snprintf(saved, sizeof saved, "%s", outer);
+  setenv("SDPA_JIT_DQ_CONVERT", writer, 1);
+  sdpa_status planned = sdpa_bwd_plan_create(&plan, runtime, &desc);
+  if (outer)
+    setenv("SDPA_JIT_DQ_CONVERT", saved, 1);
+  else
+    unsetenv("SDPA_JIT_DQ_CONVERT");
+  if (planned || sdpa_bwd_compile(plan, NULL)) goto done;
   if (sdpa_gpu_problem_upload(gpu, &p, &l, &d)) goto done;
   uploaded = 1;
   size_t bytes = sdpa_bwd_workspace_size(plan);
@@ -341,7 +354,7 @@ int main(int argc, char **argv) {
   }
 
   /* In-process rows on the first key's cache. */
-  double plan_us = -1, repeat_us = -1, execute_us = -1;
+  double plan_us = -1, repeat_us = -1, execute_us = -1, execute_main_us = -1;
   int first = -1;
   for (int i = 0; i < count && first < 0; i++)
     if (paths[i][0]) first = i;
@@ -375,7 +388,10 @@ int main(int argc, char **argv) {
       else printf("  in-process rows failed: %s\n", sdpa_last_error());
       sdpa_bwd_plan_destroy(plan);
       free(samples);
-      if (has_gpu && (arch == 0 || arch == gpu.arch)) execute_us = execute_host_us(&gpu, runtime, 2000);
+      if (has_gpu && (arch == 0 || arch == gpu.arch)) {
+        execute_us = execute_host_us(&gpu, runtime, 2000, "convert");
+        execute_main_us = execute_host_us(&gpu, runtime, 2000, "main");
+      }
       sdpa_runtime_destroy(runtime);
     }
   }
@@ -395,15 +411,20 @@ int main(int argc, char **argv) {
   if (plan_us >= 0) printf("%-34s %11.2f us  1000 calls\n", "plan create", plan_us);
   if (repeat_us >= 0) printf("%-34s %11.3f us  10000 calls\n", "repeat compile (in memory)", repeat_us);
   if (execute_us >= 0)
-    printf("%-34s %11.2f us  2000 calls\n", "execute, host time", execute_us);
+    printf("%-34s %11.2f us  2000 calls (three launches)\n", "execute, host time", execute_us);
   else
     printf("%-34s %14s  %s\n", "execute, host time", "-", has_gpu ? "failed" : "skipped: no GPU");
+  if (execute_main_us >= 0)
+    printf("  %-32s %11.2f us  2000 calls (two launches)\n", "with SDPA_JIT_DQ_CONVERT=main",
+           execute_main_us);
   if (csv) {
     if (cold_count) fprintf(csv, "cold_compile_median,,%.3f,ms\n", median(cold_ms, cold_count));
     if (warm_count) fprintf(csv, "warm_process_median,,%.3f,ms\n", median(warm, warm_count) / 1e3);
     if (plan_us >= 0) fprintf(csv, "plan_create_median,,%.3f,us\n", plan_us);
     if (repeat_us >= 0) fprintf(csv, "repeat_compile_median,,%.4f,us\n", repeat_us);
     if (execute_us >= 0) fprintf(csv, "execute_host_median,,%.3f,us\n", execute_us);
+    if (execute_main_us >= 0)
+      fprintf(csv, "execute_host_median_dq_main,,%.3f,us\n", execute_main_us);
     fclose(csv);
   }
   for (int i = 0; i < count; i++) remove_tree(dirs[i]);

@@ -24,9 +24,15 @@ where a backend refuses it, with K/V expanded by repeat_interleave (marked
 [B, H, S, D] tensors) or bshd (contiguous [B, S, H, D] viewed as
 [B, H, S, D], as after a projection and a transpose).
 
-  python3 bench/compare_torch.py --lib build/libsdpa_jit.so [--quick]
+--small runs bench_bwd --small's problems instead (B 1, H 16, S 500 to
+1024: most of them small grids),
+timed with --graph: each backward (PyTorch's autograd call, or ours)
+captured in a CUDA graph and replayed back to back, since at 30-70 us a
+backward the host-side dispatch of either would be what is timed.
+
+  python3 bench/compare_torch.py --lib build/libsdpa_jit.so [--quick | --small]
       [--dtype bf16|fp16] [--hd 64|128] [--seq S] [--memory bhsd|bshd]
-      [--runs N] [--csv FILE]
+      [--graph] [--runs N] [--csv FILE]
 """
 import argparse
 import ctypes
@@ -225,6 +231,52 @@ def time_cuda(fn, runs, warmup=3):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def time_graph(fn, runs, per=10):
+    """Median milliseconds of one fn() captured in a CUDA graph, over `runs`
+    event-timed batches of `per` back-to-back replays: the GPU's time with
+    no host-side dispatch (which bounds PyTorch's backward, and a ctypes
+    call, at the sizes of --small)."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    for i in range(runs):
+        starts[i].record()
+        for _ in range(per):
+            graph.replay()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / per
+
+
+def graph_warmup():
+    """Captures one tiny flash backward and drops it: the first autograd
+    backward captured in a process fails ("operation failed due to a
+    previous error during capture"), the later ones do not."""
+    import torch
+    from torch.nn.attention import SDPBackend
+    q, k, v = (torch.randn(1, 2, 128, 64, dtype=torch.bfloat16, device="cuda").requires_grad_()
+               for _ in range(3))
+    dout = torch.randn(1, 2, 128, 64, dtype=torch.bfloat16, device="cuda")
+    try:
+        backward = torch_backend_bshd(SDPBackend.FLASH_ATTENTION, q, k, v, dout, False)[0]
+        time_graph(backward, 1, per=1)
+    except RuntimeError:
+        pass
+    torch.cuda.synchronize()
+
+
 def case_flops(c):
     if c["layout"] == "thd":
         pairs = sum(n * n for n in c["lens"])
@@ -306,7 +358,7 @@ def _ours(jit, runtime, desc, q, k, v, o, dout, lse, dq, dk, dv, cu, total_q, to
     return execute, dq, dk, dv
 
 
-def run_bshd(jit, runtime, c, runs, memory):
+def run_bshd(jit, runtime, c, runs, memory, timer):
     import torch
     from torch.nn.attention import SDPBackend
     dtype = torch.bfloat16 if c["dtype"] == "bf16" else torch.float16
@@ -329,7 +381,7 @@ def run_bshd(jit, runtime, c, runs, memory):
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
             backward, out, grads, expanded = torch_backend_bshd(backend, q, k, v, dout, c["causal"])
-            row[name] = time_cuda(backward, runs)
+            row[name] = timer(backward, runs)
             if expanded:
                 row["note"] += f"{name}* "
             if name == "flash":
@@ -347,7 +399,7 @@ def run_bshd(jit, runtime, c, runs, memory):
         lse = lse_dense(q.detach(), k.detach(), c["causal"], 1.0 / math.sqrt(d))
         execute, dq, dk, dv = ours_bshd(jit, runtime, c, q.detach(), k.detach(), v.detach(), o,
                                         dout, lse, c["causal"])
-        row["ours"] = time_cuda(execute, runs)
+        row["ours"] = timer(execute, runs)
         if flash_grads is not None:
             errs = [rel_err(x, r) for x, r in zip((dq, dk, dv), flash_grads)]
             row["errs"] = errs
@@ -355,7 +407,7 @@ def run_bshd(jit, runtime, c, runs, memory):
     return row
 
 
-def run_thd(jit, runtime, c, runs):
+def run_thd(jit, runtime, c, runs, timer):
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -387,7 +439,7 @@ def run_thd(jit, runtime, c, runs):
                 return torch.autograd.grad(out_values, (q, k, v), dout, retain_graph=True)
 
             grads = backward()
-            row[name] = time_cuda(backward, runs)
+            row[name] = timer(backward, runs)
             if name == "flash":
                 flash_grads, o = grads, out_values.detach().contiguous()
             del out, out_values, grads, backward
@@ -424,7 +476,7 @@ def run_thd(jit, runtime, c, runs):
         cu = torch.tensor(cu_list, dtype=torch.int32, device="cuda")
         execute, dq, dk, dv = _ours(jit, runtime, desc, qd, kd, vd, o, dout, lse, dq, dk, dv,
                                     cu, total, total)
-        row["ours"] = time_cuda(execute, runs)
+        row["ours"] = timer(execute, runs)
         if flash_grads is not None:
             errs = [rel_err(x, r) for x, r in zip((dq, dk, dv), flash_grads)]
             row["errs"] = errs
@@ -432,7 +484,31 @@ def run_thd(jit, runtime, c, runs):
     return row
 
 
+def small_grid(args):
+    """bench_bwd --small's cases: B 1, H 16; hd 64 at S 1024/1000/512/500,
+    hd 128 at S 512/500; causal and not."""
+    cases = []
+    lengths = {64: (1024, 1000, 512, 500), 128: (512, 500)}
+    for dtype in ("bf16", "fp16"):
+        if args.dtype and dtype != args.dtype:
+            continue
+        tol = 1e-2 if dtype == "bf16" else 4e-3
+        for hd in (64, 128):
+            if args.hd and hd != args.hd:
+                continue
+            for causal in (False, True):
+                for s in lengths[hd]:
+                    if args.seq and s != args.seq:
+                        continue
+                    cases.append(dict(name=f"{dtype} small S{s} hd{hd} {'causal' if causal else 'full'}",
+                                      dtype=dtype, layout="bshd", batch=1, heads_q=16, heads_kv=16,
+                                      seqlen=s, head_dim=hd, causal=causal, tol=tol))
+    return cases
+
+
 def grid(args):
+    if args.small:
+        return small_grid(args)
     cases = []
     thd_lens = [4096, 512, 3000, 1500, 2048, 777, 3333, 1118]  # bench_bwd's, sum 16384
     for dtype in ("bf16", "fp16"):
@@ -465,27 +541,36 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", default="build/libsdpa_jit.so")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--small", action="store_true",
+                    help="instead, bench_bwd --small's problems (B 1, H 16)")
     ap.add_argument("--dtype", choices=["bf16", "fp16"])
     ap.add_argument("--hd", type=int, choices=[64, 128])
     ap.add_argument("--seq", type=int, help="only the BSHD cases of this sequence length")
     ap.add_argument("--memory", choices=["bhsd", "bshd"], default="bhsd",
                     help="memory order of the BSHD cases' tensors")
+    ap.add_argument("--graph", action="store_true",
+                    help="time each backward captured in a CUDA graph (the default with --small)")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--csv")
     args = ap.parse_args()
     runs = max(20, args.runs)
+    graph = args.graph or args.small
+    timer = time_graph if graph else time_cuda
 
     import torch
     if not torch.cuda.is_available():
         print("skipped: no CUDA device")
         return 77
     torch.empty(1, device="cuda")  # the primary context, current on this thread
+    if graph:
+        graph_warmup()
     jit = SdpaJit(args.lib)
     runtime = jit.runtime()
     cache = jit.lib.sdpa_runtime_cache_path(runtime)
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
           f"sdpa-jit {jit.lib.sdpa_version().decode()}; cache {cache.decode() if cache else '(memory)'}; "
-          f"BSHD cases in {args.memory} memory order")
+          f"BSHD cases in {args.memory} memory order; "
+          f"{'CUDA graph replays' if graph else 'event-timed calls'}")
 
     def tf(c, ms):
         return case_flops(c) / (ms * 1e-3) / 1e12 if ms else None
@@ -502,7 +587,8 @@ def main():
     failures = 0
     for c in grid(args):
         try:
-            row = run_thd(jit, runtime, c, runs) if c["layout"] == "thd" else run_bshd(jit, runtime, c, runs, args.memory)
+            row = (run_thd(jit, runtime, c, runs, timer) if c["layout"] == "thd"
+                   else run_bshd(jit, runtime, c, runs, args.memory, timer))
         except RuntimeError as e:
             failures += 1
             print(f"{c['name']:<30} FAILED: {str(e).splitlines()[0]}")

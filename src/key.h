@@ -7,9 +7,8 @@
  * every embedded template byte (names and contents, in order), the NVRTC
  * version, the compile options and the runtime version, as 32 hex digits.
  * Batch, heads, lengths, token totals and non-LSE strides enter it only
- * through "even" (BSHD lengths multiples of the tiles) and "dq" (who
- * writes dQ: the main kernel up to 4 MiB of dQ accumulator, else a
- * convert kernel).
+ * through "even" (BSHD lengths multiples of the tiles) and the tiles
+ * (small BSHD grids take 64-row kv tiles, config.c).
  */
 #ifndef SDPA_KEY_H
 #define SDPA_KEY_H

@@ -17,17 +17,16 @@
  * or in deterministic mode, one int32 counter per (head, sequence, query
  * tile), each region 256-byte aligned.
  *
- * Who writes dQ (a key field: "dq=main" or "dq=convert"): for a small
- * accumulator (FOLD_DQ_MAX_BYTES) the main kernel converts each query
- * tile once its last kv tile is done with it, saving the convert kernel's
- * launch (host time, and a gap on the GPU); larger problems launch the
- * convert kernel, which converts at full memory bandwidth where the main
- * kernel's CTAs would do it latency-bound at their ends (measured 3-4%
- * slower on the whole backward at hd 128, a 128 MiB accumulator). It is a
- * key field rather than a run-time flag because any hand-off code in the
- * main kernel changed the register allocation of its loop (1.5-2% either
- * way). SDPA_JIT_DQ_CONVERT=main|convert overrides the choice (testing
- * both paths on any problem).
+ * Who writes dQ (a key field: "dq=main" or "dq=convert"): by default the
+ * convert kernel, after the main kernel, at full memory bandwidth. With
+ * SDPA_JIT_DQ_CONVERT=main the main kernel converts each query tile once
+ * its last kv tile is done with it: one launch fewer (~5 us less host time
+ * a call) but slower on the GPU at every size measured on an H200, from
+ * 4% (B 1, H 16, S 256, hd 64) to 31% (B 1, H 8, S 512, hd 128), 3-4% on
+ * large problems (bench/NOTES.md): the CTAs that finish a query tile
+ * convert it latency-bound at their ends. It is a key field rather than a
+ * run-time flag because any hand-off code in the main kernel changed the
+ * register allocation of its loop (1.5-2% either way).
  */
 #include "plan.h"
 
@@ -389,24 +388,17 @@ int64_t sdpa_dq_blocks(const sdpa_bwd_desc *d, int64_t rows_q) {
                                       : (int64_t)d->batch * ((d->seqlen_q + 15) / 16);
 }
 
-/* The main kernel writes dQ when the accumulator is at most this big
- * (estimated break-even of the two ways; see the file comment). */
-#define FOLD_DQ_MAX_BYTES ((size_t)4 << 20)
-
-/* Whether the main kernel writes dQ itself (the key field fold_dq). */
-static sdpa_status choose_dq_writer(sdpa_bwd_plan *plan, size_t dq_accum_bytes) {
+/* Whether the main kernel writes dQ itself (the key field fold_dq): only
+ * with SDPA_JIT_DQ_CONVERT=main (see the file comment). */
+static sdpa_status choose_dq_writer(sdpa_bwd_plan *plan) {
   const char *env = getenv("SDPA_JIT_DQ_CONVERT");
-  if (!env || !*env) {
-    plan->fields.fold_dq = dq_accum_bytes <= FOLD_DQ_MAX_BYTES;
-  } else if (!strcmp(env, "main") || !strcmp(env, "convert")) {
-    plan->fields.fold_dq = !strcmp(env, "main");
-  } else {
+  if (env && *env && strcmp(env, "main") != 0 && strcmp(env, "convert") != 0)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "SDPA_JIT_DQ_CONVERT = \"%s\" is not valid: expected "
                           "\"main\" (the main kernel writes dQ), \"convert\" "
-                          "(a convert kernel does) or unset (by size)",
+                          "or unset (a convert kernel does)",
                           env);
-  }
+  plan->fields.fold_dq = env && !strcmp(env, "main");
   return SDPA_STATUS_SUCCESS;
 }
 
@@ -527,7 +519,7 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||
       add_region(&total, &plan->ws_delta, delta, 3))
     return workspace_overflow(plan);
-  if ((status = choose_dq_writer(plan, plan->ws_delta - plan->ws_dq_accum))) return status;
+  if ((status = choose_dq_writer(plan))) return status;
   if (plan->fields.fold_dq || d->deterministic
           ? add_region(&total, &plan->ws_semaphores, semaphores, 4)
           : add_region(&total, &plan->ws_semaphores, none, 1))

@@ -3,12 +3,13 @@
  * layers, single flight, and the failure paths a user can hit.
  *
  * The runtime's arch option stands in for a device, so this is exactly the
- * preheating path of a build host. The grid tests compile every template
- * variant of the default preheat grid (dtype bf16/fp16 x head_dim 64/128 x
- * mask none/causal_br x layout bshd even/uneven, each with the table's and
- * the small-grid tiles, and thd) for sm_80 and
- * sm_90 and read each cubin's ELF symbol table for the three kernels, and
- * ptxas's report in the log for spills. They compile into a cache
+ * preheating path of a build host. The grid tests compile the template
+ * variants of the default preheat grid (dtype bf16/fp16 x head_dim 64/128
+ * x mask none/causal_br x layout bshd even/uneven, each with the table's
+ * and the small-grid tiles, and thd; the unmasked ones with the main
+ * kernel writing dQ instead, so both writers compile) for sm_80 and sm_90 and
+ * read each cubin's ELF symbol table for the three kernels, and ptxas's
+ * report in the log for spills. They compile into a cache
  * directory shared by the whole run, so later tests find those rows there.
  *
  * NVRTC takes about a second per key on two cores: the grids run two
@@ -67,7 +68,6 @@ static sdpa_bwd_desc variant_desc(const variant *v, int arch) {
   d.version = SDPA_BWD_DESC_VERSION;
   d.dtype = v->dtype;
   d.layout = v->layout;
-  /* causal: a 4 MiB+ dQ accumulator (dq=convert); else dq=main */
   d.batch = v->mask == SDPA_MASK_NONE ? 2 : 16;
   d.heads_q = 8;
   d.heads_kv = 2;
@@ -170,11 +170,15 @@ static void compile_grid(int arch) {
   memset(jobs, 0, sizeof jobs);
   for (int i = 0; i < n; i++) {
     /* the variants' problems are small grids: the table's tiles need the
-     * rule off */
+     * rule off; the unmasked ones have the main kernel write dQ, so that
+     * both writers compile */
     sdpa_bwd_desc d = variant_desc(&vs[i], arch);
     ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", vs[i].small ? "1" : "0", 1), 0);
+    ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT",
+                            vs[i].mask == SDPA_MASK_NONE ? "main" : "convert", 1), 0);
     jobs[i].plan = make_plan(rt, &d);
     unsetenv("SDPA_JIT_SMALL_GRID");
+    unsetenv("SDPA_JIT_DQ_CONVERT");
     ck_assert_int_eq(jobs[i].plan->fields.even,
                      vs[i].layout == SDPA_LAYOUT_BSHD && vs[i].even);
     ck_assert_int_eq(jobs[i].plan->fields.config.kv_tile, vs[i].small ? 64 : 128);
@@ -303,7 +307,7 @@ START_TEST(disk_then_memory) {
   /* the same plan again, and a new plan of the same key */
   ck_assert_int_eq(compile_once(pb), SDPA_SOURCE_MEMORY);
   ck_assert_int_eq(compile_once(pb), SDPA_SOURCE_MEMORY);
-  sdpa_bwd_desc other_shape = d; /* smaller: the same dQ writer, dq=main */
+  sdpa_bwd_desc other_shape = d; /* smaller: the same key */
   other_shape.batch = 1;
   other_shape.heads_q = 4;
   sdpa_bwd_plan *pc = make_plan(b, &other_shape);

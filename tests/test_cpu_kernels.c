@@ -31,7 +31,7 @@ typedef struct variant {
   sdpa_mask mask;
   sdpa_layout layout;
   int even, lse_strided, deterministic;
-  int dq_main; /* a problem small enough that the main kernel writes dQ */
+  int dq_main; /* the main kernel writes dQ (SDPA_JIT_DQ_CONVERT=main) */
 } variant;
 
 static const variant variants[] = {
@@ -54,6 +54,7 @@ static const int head_dims[][2] = {{32, 32},   {64, 64},   {96, 96},  {128, 128}
 typedef struct job {
   int arch, hd, hdv;
   const variant *v;
+  sdpa_bwd_plan *plan; /* made on the test's thread (see plan_job) */
   char problems[2048];
 } job;
 
@@ -61,8 +62,7 @@ static sdpa_bwd_desc make_desc(const job *j) {
   sdpa_bwd_desc d = SDPA_BWD_DESC_INIT;
   d.dtype = j->v->dtype;
   d.layout = j->v->layout;
-  /* dQ accumulator at most 4 MiB (the main kernel writes dQ: 1 x 1024
-   * rows x 2 heads x 256 floats) or more (a convert kernel does) */
+  /* small grids (the main-writer variants: 1 x 2 kv heads) or not */
   d.batch = j->v->dq_main ? 1 : 16;
   d.heads_q = j->v->dq_main ? 2 : 4;
   d.heads_kv = 2;
@@ -100,13 +100,22 @@ static job *jobs;
 static int job_count, next_job;
 static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void run_job(job *j) {
+/* Plans job `j`. Who writes dQ comes from SDPA_JIT_DQ_CONVERT, set here
+ * for the call: the process's environment, so plans are made on one
+ * thread before the workers compile them. */
+static void plan_job(job *j) {
   sdpa_bwd_desc d = make_desc(j);
-  sdpa_bwd_plan *plan = NULL;
-  if (sdpa_bwd_plan_create(&plan, runtime, &d) != SDPA_STATUS_SUCCESS) {
+  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", j->v->dq_main ? "main" : "convert", 1), 0);
+  if (sdpa_bwd_plan_create(&j->plan, runtime, &d) != SDPA_STATUS_SUCCESS) {
     snprintf(j->problems, sizeof j->problems, "plan: %s", sdpa_last_error());
-    return;
+    j->plan = NULL;
   }
+  unsetenv("SDPA_JIT_DQ_CONVERT");
+}
+
+static void run_job(job *j) {
+  sdpa_bwd_plan *plan = j->plan;
+  if (!plan) return;
   if (sdpa_bwd_compile(plan, NULL) != SDPA_STATUS_SUCCESS) {
     snprintf(j->problems, sizeof j->problems, "compile: %s", sdpa_last_error());
     sdpa_bwd_plan_destroy(plan);
@@ -176,7 +185,8 @@ START_TEST(every_arch_every_class) {
   for (int a = 0; a < ARCHS; a++)
     for (int h = 0; h < HEAD_DIMS; h++)
       for (int v = 0; v < VARIANTS; v++)
-        jobs[n++] = (job){archs[a], head_dims[h][0], head_dims[h][1], &variants[v], ""};
+        jobs[n++] = (job){archs[a], head_dims[h][0], head_dims[h][1], &variants[v], NULL, ""};
+  for (int i = 0; i < job_count; i++) plan_job(&jobs[i]);
   pthread_t threads[2];
   for (int t = 0; t < 2; t++) pthread_create(&threads[t], NULL, worker, NULL);
   for (int t = 0; t < 2; t++) pthread_join(threads[t], NULL);

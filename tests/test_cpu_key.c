@@ -141,7 +141,7 @@ START_TEST(plan_text_uses_its_fields) {
   char expected[512];
   snprintf(expected, sizeof expected,
            "sdpa_bwd;arch=90;dtype=bf16;hd=128;hdv=128;qt=%d;kvt=%d;warps=%d;"
-           "stages=%d;lse=packed;layout=bshd;mask=none;det=0;even=%d;dq=main",
+           "stages=%d;lse=packed;layout=bshd;mask=none;det=0;even=%d;dq=convert",
            k.fields.config.q_tile, k.fields.config.kv_tile,
            k.fields.config.warps, k.fields.config.stages,
            256 % k.fields.config.q_tile == 0 && 256 % k.fields.config.kv_tile == 0);
@@ -363,14 +363,22 @@ START_TEST(descriptor_fields_that_select_code) {
   VARIANT("lse class", (d->lse.batch = 8 * 256, d->lse.head = 1, d->lse.seq = 8));
   VARIANT("deterministic", d->deterministic = 1);
   VARIANT("even", (d->seqlen_q = 200, d->seqlen_kv = 200));
-  /* the dQ writer follows the accumulator's size: 2 MiB here, 64 MiB */
-  VARIANT("dq writer", d->batch = 64);
+  /* the tiles follow the main kernel's grid: 32 blocks of 128 kv rows
+   * here (small-grid tiles), 1024 */
+  VARIANT("small-grid tiles", d->batch = 64);
 #undef VARIANT
   for (int i = 0; i < n; i++) {
     key_copy k = plan_key(rt, &v[i]);
     ck_assert_msg(strcmp(k.text, ref.text) != 0, "%s: text unchanged", what[i]);
     ck_assert_msg(strcmp(k.hash, ref.hash) != 0, "%s: hash unchanged", what[i]);
   }
+  /* who writes dQ: the convert kernel unless SDPA_JIT_DQ_CONVERT=main */
+  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "main", 1), 0);
+  key_copy main_writer = plan_key(rt, &base);
+  unsetenv("SDPA_JIT_DQ_CONVERT");
+  ck_assert_ptr_nonnull(strstr(ref.text, ";dq=convert"));
+  ck_assert_ptr_nonnull(strstr(main_writer.text, ";dq=main"));
+  ck_assert_str_ne(main_writer.hash, ref.hash);
   /* the even flag is cleared by a length that is not a tile multiple */
   sdpa_bwd_desc odd = base;
   odd.seqlen_kv = 256 + 1;
@@ -385,10 +393,9 @@ END_TEST
 
 /* Launch arguments do not move the key: one artifact serves them all. */
 START_TEST(launch_arguments_leave_key_unchanged) {
-  /* Sizes move the key only through the dQ writer (the test above) and
-   * the small-grid tiles (test_cpu_plan's small_grid_tiles): pin both, so
-   * that these variants may cross the 4 MiB and 64-block thresholds. */
-  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "convert", 1), 0);
+  /* Sizes move the key only through the small-grid tiles (the test
+   * above, and test_cpu_plan's small_grid_tiles): rule off, so that these
+   * variants may cross the 64-block threshold. */
   ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", "0", 1), 0);
   sdpa_runtime *rt = open_runtime();
   sdpa_bwd_desc base = base_desc();
@@ -447,7 +454,6 @@ START_TEST(launch_arguments_leave_key_unchanged) {
   s2.lse.batch = 0;
   ck_assert_str_eq(plan_key(rt, &s1).hash, plan_key(rt, &s2).hash);
   sdpa_runtime_destroy(rt);
-  unsetenv("SDPA_JIT_DQ_CONVERT");
   unsetenv("SDPA_JIT_SMALL_GRID");
 }
 END_TEST

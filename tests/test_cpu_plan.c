@@ -536,11 +536,12 @@ static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 START_TEST(workspace_bshd) {
   sdpa_bwd_desc d = good();
   d.head_dim = 128;
+  /* the main kernel writing dQ counts the kv tiles done with each (head,
+   * sequence, query tile) in an int32 */
+  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "main", 1), 0);
   sdpa_bwd_plan *plan = make(&d);
   size_t dq = align256((size_t)2 * 256 * 8 * 128 * 4);
   size_t delta = align256((size_t)2 * 256 * 8 * 4);
-  /* a 2 MiB accumulator: the main kernel writes dQ and counts the kv
-   * tiles done with each (head, sequence, query tile) in an int32 */
   size_t sem = align256((size_t)8 * 2 * (256 / plan->fields.config.q_tile) * 4);
   ck_assert_int_eq(plan->fields.fold_dq, 1);
   ck_assert_uint_eq(plan->ws_dq_accum, 0);
@@ -569,10 +570,12 @@ START_TEST(workspace_bshd) {
   ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta + sem);
   ck_assert_uint_eq(sdpa_bwd_workspace_size(plan) % 256, 0);
   sdpa_bwd_plan_destroy(plan);
+  unsetenv("SDPA_JIT_DQ_CONVERT");
 }
 END_TEST
 
 START_TEST(workspace_thd) {
+  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "main", 1), 0);
   sdpa_bwd_desc d = good();
   d.layout = SDPA_LAYOUT_THD;
   d.batch = 4;
@@ -595,6 +598,7 @@ START_TEST(workspace_thd) {
   plan = make(&d);
   ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta + sem);
   sdpa_bwd_plan_destroy(plan);
+  unsetenv("SDPA_JIT_DQ_CONVERT");
 }
 END_TEST
 
@@ -611,40 +615,43 @@ static plan_choices choices_of(const sdpa_bwd_desc *d) {
   return c;
 }
 
-/* Who writes dQ: the main kernel for an accumulator up to 4 MiB (with the
- * counters it needs), the convert kernel beyond; SDPA_JIT_DQ_CONVERT
- * overrides either way and is validated. */
+/* Who writes dQ: the convert kernel whatever the size; the main kernel
+ * (with the counters it needs) only with SDPA_JIT_DQ_CONVERT=main; the
+ * variable is validated. */
 START_TEST(dq_writer) {
   sdpa_bwd_desc d = good(); /* 2 x 256 rows x 8 heads x 64 floats: 1 MiB */
   sdpa_bwd_plan *plan = make(&d);
+  ck_assert_int_eq(plan->fields.fold_dq, 0);
+  ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), ";dq=convert"));
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), plan->ws_semaphores); /* none */
+  const size_t without_counters = sdpa_bwd_workspace_size(plan);
+  sdpa_bwd_plan_destroy(plan);
+  d.batch = d.heads_q = d.heads_kv = 1;
+  d.seqlen_q = d.seqlen_kv = 16; /* 4 KiB */
+  ck_assert_int_eq(choices_of(&d).fold_dq, 0);
+  d = good();
+
+  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "main", 1), 0);
+  plan = make(&d);
   ck_assert_int_eq(plan->fields.fold_dq, 1);
   ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), ";dq=main"));
   const size_t with_counters = sdpa_bwd_workspace_size(plan);
   ck_assert_uint_gt(with_counters, plan->ws_semaphores);
+  ck_assert_uint_gt(with_counters, without_counters);
   sdpa_bwd_plan_destroy(plan);
+  d.seqlen_q = d.seqlen_kv = 16384; /* 64 MiB: still the main kernel */
+  ck_assert_int_eq(choices_of(&d).fold_dq, 1);
+  d = good();
 
   ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "convert", 1), 0);
-  plan = make(&d);
-  ck_assert_int_eq(plan->fields.fold_dq, 0);
-  ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), ";dq=convert"));
-  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), plan->ws_semaphores); /* none */
-  ck_assert_uint_lt(sdpa_bwd_workspace_size(plan), with_counters);
-  sdpa_bwd_plan_destroy(plan);
+  ck_assert_int_eq(choices_of(&d).fold_dq, 0);
   d.deterministic = 1; /* keeps its semaphores */
   plan = make(&d);
   ck_assert_int_eq(plan->fields.fold_dq, 0);
   ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), with_counters);
   sdpa_bwd_plan_destroy(plan);
   d.deterministic = 0;
-  unsetenv("SDPA_JIT_DQ_CONVERT");
 
-  d.seqlen_q = 1024; /* exactly 4 MiB */
-  ck_assert_int_eq(choices_of(&d).fold_dq, 1);
-  d.seqlen_q = 1040; /* one 16-row block more per sequence */
-  ck_assert_int_eq(choices_of(&d).fold_dq, 0);
-
-  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "main", 1), 0);
-  ck_assert_int_eq(choices_of(&d).fold_dq, 1);
   ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "both", 1), 0);
   REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_DQ_CONVERT = \"both\"", "\"main\"", "\"convert\"");
   unsetenv("SDPA_JIT_DQ_CONVERT");

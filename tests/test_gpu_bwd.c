@@ -6,7 +6,7 @@
  *   BSHD strides, interleaved buffers, LSE layouts, THD with empty and
  *   unequal sequences, GQA/MQA, odd and tile-multiple lengths, seqlen 1,
  *   many sequences, many heads, explicit scale), for fp16 and bf16; again
- *   (in part) with dQ by the convert kernel, with the table's tiles instead
+ *   (in part) with dQ by the main kernel, with the table's tiles instead
  *   of the small-grid ones, and with the launch order in groups;
  * - sweep: >= 200 random descriptors from a fresh, printed seed
  *   (SDPA_TEST_SEED reproduces one; SDPA_TEST_SWEEP_CASES changes the count);
@@ -538,7 +538,6 @@ static int run_matrix(int every, const char *what) {
   return failures;
 }
 
-/* The matrix's problems are small: the main kernel writes dQ itself. */
 START_TEST(matrix) {
   int failures = run_matrix(1, "matrix");
   ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
@@ -555,10 +554,10 @@ static void matrix_with_env(const char *name, const char *value, int every,
   ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
 }
 
-/* Every other case again with the convert kernel writing dQ (the way of
- * large problems). */
-START_TEST(matrix_convert_kernel) {
-  matrix_with_env("SDPA_JIT_DQ_CONVERT", "convert", 2, "matrix, dQ by the convert kernel");
+/* Every other case again with the main kernel writing dQ
+ * (SDPA_JIT_DQ_CONVERT=main: one launch fewer). */
+START_TEST(matrix_main_kernel) {
+  matrix_with_env("SDPA_JIT_DQ_CONVERT", "main", 2, "matrix, dQ by the main kernel");
 }
 END_TEST
 
@@ -1107,7 +1106,7 @@ static Suite *gpu_suite(void) {
   suite_add_tcase(s, api);
   TCase *numerics = tcase_create("numerics");
   tcase_add_test(numerics, matrix);
-  tcase_add_test(numerics, matrix_convert_kernel);
+  tcase_add_test(numerics, matrix_main_kernel);
   tcase_add_test(numerics, matrix_table_tiles);
   tcase_add_test(numerics, matrix_launch_groups);
   tcase_add_test(numerics, deterministic_is_bitwise);

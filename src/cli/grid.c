@@ -19,9 +19,6 @@
 
 /* BSHD lengths: a multiple of every tile, and a multiple of none. */
 enum { EVEN_LENGTH = 1024, UNEVEN_LENGTH = 1000, THD_MAX_S = 1024 };
-/* Query lengths of the default-tiles BSHD points whose main kernel writes
- * dQ: many blocks of kv tiles, little dQ. */
-enum { SHORT_EVEN_LENGTH = 128, SHORT_UNEVEN_LENGTH = 100 };
 enum { WINDOW_LEFT = 128, WINDOW_RIGHT = 0 };
 
 const char cli_dtype_names[] = "bf16,fp16";
@@ -186,7 +183,7 @@ void cli_grid_fill_defaults(cli_grid *grid, int arch, int also_uneven) {
   static const int layout_defaults[] = {SDPA_LAYOUT_BSHD, SDPA_LAYOUT_THD};
   static const int zero[] = {0};
   static const int even_defaults[] = {1, 0};
-  static const int dq_defaults[] = {0, 1};
+  static const int dq_defaults[] = {0};
   static const int tiles_defaults[] = {0, 1};
   default_list(&grid->arch, &arch, 1);
   default_list(&grid->dtype, dtype_defaults, 2);
@@ -196,7 +193,7 @@ void cli_grid_fill_defaults(cli_grid *grid, int arch, int also_uneven) {
   default_list(&grid->lse_strided, zero, 1);
   default_list(&grid->deterministic, zero, 1);
   default_list(&grid->even, even_defaults, also_uneven ? 2 : 1);
-  default_list(&grid->dq_main, dq_defaults, 2);
+  default_list(&grid->dq_main, dq_defaults, 1);
   default_list(&grid->tiles, tiles_defaults, 2);
 }
 
@@ -256,26 +253,14 @@ void cli_grid_desc(const cli_grid_point *point, sdpa_bwd_desc *out) {
   desc.version = SDPA_BWD_DESC_VERSION;
   desc.dtype = point->dtype;
   desc.layout = point->layout;
-  const int length = point->even ? EVEN_LENGTH : UNEVEN_LENGTH;
+  desc.heads_q = desc.heads_kv = 1;
   if (point->layout == SDPA_LAYOUT_THD) {
-    desc.batch = point->dq_main ? 1 : 64; /* dQ accumulator vs 4 MiB */
-    desc.heads_q = desc.heads_kv = 1;
+    desc.batch = 1;
     desc.seqlen_q = desc.seqlen_kv = THD_MAX_S;
   } else {
-    /* {batch, heads_q, heads_kv, seqlen_q} by (small, dq_main); kv
-     * lengths 1024 / 1000. Blocks of 128 kv rows: 8, 8, 512, 192 (64-row
-     * tiles: twice as many); dQ accumulator at head_dim 32..256: 8-64
-     * MiB, 128-1024 KiB, 8-64 MiB, 0.4-3 MiB. */
-    static const int shapes[2][2][4] = {
-        {{64, 1, 1, 0}, {1, 24, 24, SHORT_EVEN_LENGTH}}, /* default */
-        {{1, 64, 1, 0}, {1, 1, 1, 0}}};                  /* small   */
-    const int *shape = shapes[point->small][point->dq_main];
-    desc.batch = shape[0];
-    desc.heads_q = shape[1];
-    desc.heads_kv = shape[2];
-    desc.seqlen_kv = length;
-    desc.seqlen_q = !shape[3] ? length
-                    : point->even ? SHORT_EVEN_LENGTH : SHORT_UNEVEN_LENGTH;
+    /* 8 blocks of 128 kv rows (small) or 512 (default) */
+    desc.batch = point->small ? 1 : 64;
+    desc.seqlen_q = desc.seqlen_kv = point->even ? EVEN_LENGTH : UNEVEN_LENGTH;
   }
   desc.head_dim = point->head_dim;
   desc.head_dim_v = point->head_dim_v;

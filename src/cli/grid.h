@@ -7,11 +7,11 @@
  * even tiles, who writes dQ, and whether the main kernel's grid is small
  * enough for the small-grid tiles). cli_grid_desc turns it into a
  * descriptor whose launch-time fields (batch, heads, lengths, strides) are
- * picked so the plan comes out with exactly that key: lengths of 1024
- * (divisible by every tile) or 1000 (divisible by none) for BSHD, max_s
- * 1024 for THD; at most 4 MiB of dQ accumulator (the main kernel writes
- * dQ) or more (the convert kernel does); at most 8 blocks of kv tiles
- * (small) or at least 192 (default). The table in grid.c lists them.
+ * picked so the plan comes out with exactly that key: one head, lengths
+ * of 1024 (divisible by every tile) or 1000 (divisible by none) for BSHD,
+ * max_s 1024 for THD; 1 sequence (8 blocks of 128 kv rows: small) or 64
+ * (512 blocks: default). Who writes dQ is not a matter of size: planning
+ * a "dq=main" point needs SDPA_JIT_DQ_CONVERT=main (preheat sets it).
  */
 #ifndef SDPA_CLI_GRID_H
 #define SDPA_CLI_GRID_H
@@ -72,8 +72,8 @@ const char *cli_list_parse_tiles(const char *text, cli_list *out);
 /* Fills each list of `grid` that is still empty with its default: dtype
  * bf16,fp16; head_dim 64,128; mask none,causal_br; layout bshd,thd; lse
  * packed; deterministic 0; even 1 (plus 0 when `also_uneven`); dQ
- * writer convert,main (a process may run problems of either size);
- * tiles default,small (the same, for the main kernel's grid); arch
+ * writer convert (the only one chosen without SDPA_JIT_DQ_CONVERT);
+ * tiles default,small (a process may run problems of either size); arch
  * `arch` (preheat passes 0, "the local GPU's", and resolves it once a
  * runtime exists). */
 void cli_grid_fill_defaults(cli_grid *grid, int arch, int also_uneven);

@@ -78,8 +78,8 @@ static void print_help(void) {
       "                         (default 1; with no grid option at all, the\n"
       "                         default grid also covers BSHD even 0)\n"
       "  --dq LIST              %s: who writes dQ, the main kernel\n"
-      "                         (problems up to 4 MiB of fp32 dQ) or a\n"
-      "                         convert kernel (larger) (default both)\n"
+      "                         (with SDPA_JIT_DQ_CONVERT=main: one launch\n"
+      "                         fewer) or a convert kernel (default convert)\n"
       "  --tiles LIST           %s: the table's tiles, or those of\n"
       "                         BSHD problems whose main kernel runs at\n"
       "                         most 64 blocks of 128 kv rows (causal:\n"
@@ -241,6 +241,24 @@ typedef struct preheat {
   key_set keys;
 } preheat;
 
+/* Plans one grid point. Who writes dQ is the point's, not the
+ * environment's: SDPA_JIT_DQ_CONVERT is set to it for the call, then put
+ * back as it was. */
+static sdpa_status plan_point(sdpa_runtime *runtime, const cli_grid_point *point,
+                              const sdpa_bwd_desc *desc, sdpa_bwd_plan **plan) {
+  const char *outer = getenv("SDPA_JIT_DQ_CONVERT");
+  char *saved = outer ? strdup(outer) : NULL;
+  if (outer && !saved) return SDPA_STATUS_OUT_OF_MEMORY;
+  setenv("SDPA_JIT_DQ_CONVERT", point->dq_main ? "main" : "convert", 1);
+  sdpa_status status = sdpa_bwd_plan_create(plan, runtime, desc);
+  if (saved)
+    setenv("SDPA_JIT_DQ_CONVERT", saved, 1);
+  else
+    unsetenv("SDPA_JIT_DQ_CONVERT");
+  free(saved);
+  return status;
+}
+
 /* Creates a plan per grid point and keeps one job per distinct key;
  * NOT_SUPPORTED points are skipped, other plan failures recorded as
  * failed, both with a line on stderr. Returns 0, or -1 out of memory. */
@@ -260,7 +278,7 @@ static int build_jobs(preheat *run, sdpa_runtime *runtime,
     memset(r, 0, sizeof *r);
     cli_grid_describe(&point, r->point, sizeof r->point);
     sdpa_bwd_plan *plan = NULL;
-    r->status = sdpa_bwd_plan_create(&plan, runtime, &desc);
+    r->status = plan_point(runtime, &point, &desc, &plan);
     if (r->status != SDPA_STATUS_SUCCESS) {
       r->error = strdup(cli_error_text(r->status));
       if (r->status == SDPA_STATUS_NOT_SUPPORTED) {
