@@ -19,18 +19,14 @@
 #include <string.h>
 
 #include "check_main.h"
+#include "test_cache.h"
 #include "grid.h"
 #include "plan.h"
 #include "sdpa_jit.h"
 
 static sdpa_runtime *rt;
 
-static void open_runtime(void) {
-  sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
-  opts.disable_disk_cache = 1;
-  opts.arch = 90;
-  ck_assert_int_eq(sdpa_runtime_create(&rt, &opts), SDPA_STATUS_SUCCESS);
-}
+static void open_runtime(void) { rt = sdpa_test_memory_runtime(90); }
 
 static void close_runtime(void) {
   sdpa_runtime_destroy(rt);

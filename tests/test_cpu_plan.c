@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "check_main.h"
+#include "test_cache.h"
 #include "driver.h"
 #include "instantiate.h"
 #include "plan.h"
@@ -23,12 +24,7 @@
 
 static sdpa_runtime *rt;
 
-static void open_runtime(void) {
-  sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
-  opts.disable_disk_cache = 1;
-  opts.arch = 90;
-  ck_assert_int_eq(sdpa_runtime_create(&rt, &opts), SDPA_STATUS_SUCCESS);
-}
+static void open_runtime(void) { rt = sdpa_test_memory_runtime(90); }
 
 static void close_runtime(void) {
   sdpa_runtime_destroy(rt);

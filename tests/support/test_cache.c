@@ -68,3 +68,13 @@ pid_t sdpa_test_start_lock_holder(const char *cache_path, const char *key_hash) 
   ck_assert_msg(answer == 'L', "the holder could not take the key lock");
   return pid;
 }
+
+sdpa_runtime *sdpa_test_memory_runtime(int arch) {
+  sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
+  opts.disable_disk_cache = 1;
+  opts.arch = arch;
+  sdpa_runtime *runtime = NULL;
+  ck_assert_msg(sdpa_runtime_create(&runtime, &opts) == SDPA_STATUS_SUCCESS,
+                "runtime_create: %s", sdpa_last_error());
+  return runtime;
+}

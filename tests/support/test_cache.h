@@ -1,8 +1,9 @@
 /*
  * test_cache.h — what the cache-facing suites (cache, compile, concurrency,
- * damage) share: a log callback that counts the warnings a cache or a
- * runtime logs and keeps their texts, a check of one warning's text, and a
- * process that holds a key's lock until it is killed.
+ * damage, and the planning suites) share: a log callback that counts the
+ * warnings a cache or a runtime logs and keeps their texts, a check of one
+ * warning's text, a process that holds a key's lock until it is killed,
+ * and a runtime without a disk cache.
  *
  * The warnings are how the cache tells a user what went wrong with a file,
  * so these suites count them and read what they say. The callback is safe
@@ -49,5 +50,9 @@ void sdpa_test_expect_warning(const sdpa_test_log *log, int i,
  * (the test fails when it could not take it). The caller kills and reaps
  * the process. */
 pid_t sdpa_test_start_lock_holder(const char *cache_path, const char *key_hash);
+
+/* A runtime for `arch` with the disk cache disabled (plans, and compiles
+ * kept in memory); fails the running test when it cannot be made. */
+sdpa_runtime *sdpa_test_memory_runtime(int arch);
 
 #endif
