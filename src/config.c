@@ -15,7 +15,7 @@
  * (causal: twice as many, as their blocks' work is unequal), most of a
  * 108-148 SM GPU idles and the time is the length of one block's chain;
  * 64-row kv tiles double the blocks and halve the chain (bench_bwd
- * --small on an H200: +19 to +32%; bench/NOTES.md). The choice is a
+ * --small on an H200: +20 to +33%; bench/NOTES.md). The choice is a
  * function of the descriptor alone, so preheat can reach both keys (its
  * --tiles list). BSHD only (THD lengths arrive at execute) and not
  * deterministic (its ordered dQ hand-off grows with the kv tiles).

@@ -20,11 +20,10 @@
  * Who writes dQ (a key field: "dq=main" or "dq=convert"): by default the
  * convert kernel, after the main kernel, at full memory bandwidth. With
  * SDPA_JIT_DQ_CONVERT=main the main kernel converts each query tile once
- * its last kv tile is done with it: one launch fewer (~5 us less host time
- * a call) but slower on the GPU at every size measured on an H200, from
- * 4% (B 1, H 16, S 256, hd 64) to 31% (B 1, H 8, S 512, hd 128), 3-4% on
- * large problems (bench/NOTES.md): the CTAs that finish a query tile
- * convert it latency-bound at their ends. It is a key field rather than a
+ * its last kv tile is done with it: one launch fewer (3-5 us less host time
+ * a call) but slower on the GPU at every size measured on an H200, by 3
+ * to 31% on small problems and 3-4% on large ones (bench/NOTES.md): the
+ * CTAs that finish a query tile convert it latency-bound at their ends. It is a key field rather than a
  * run-time flag because any hand-off code in the main kernel changed the
  * register allocation of its loop (1.5-2% either way).
  */
