@@ -25,7 +25,8 @@
  *                     1000, 1024, 500 and 512, hd 128 at S 500 and 512),
  *                     causal and not
  *   --shape B,H,S     instead, BSHD problems of B sequences of length S
- *                     and H heads, hd 64 and 128, causal and not
+ *                     and H heads, hd 64 and 128 (or --hd's, any the
+ *                     library supports), causal and not
  *   --runs N          timed runs per case (default 30, at least 20)
  *   --csv FILE        also write the rows as CSV
  * Exit: 0 when every case validated, 1 when one did not, 77 without a GPU.
@@ -570,15 +571,14 @@ int main(int argc, char **argv) {
   for (int di = 0; di < 2; di++) {
     sdpa_dtype dtype = dtypes[di];
     if ((only_dtype && dtype != only_dtype) || (quick && dtype != SDPA_DTYPE_BF16)) continue;
-    if (shape[0]) {
-      for (int hi = 0; hi < 2; hi++)
+    if (shape[0]) { /* hd 64 and 128, or any --hd */
+      for (int hi = 0; hi < (only_hd ? 1 : 2); hi++)
         for (int causal = 0; causal < 2; causal++) {
-          if ((only_hd && dims[hi] != only_hd) || (only_causal >= 0 && causal != only_causal))
-            continue;
+          if (only_causal >= 0 && causal != only_causal) continue;
           char tag[32];
           snprintf(tag, sizeof tag, "B%d H%d S%d", shape[0], shape[1], shape[2]);
           count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, shape[0], shape[1], shape[1],
-                           shape[2], dims[hi], causal, tag);
+                           shape[2], only_hd ? only_hd : dims[hi], causal, tag);
         }
       continue;
     }
