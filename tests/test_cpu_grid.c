@@ -11,7 +11,8 @@
  * a "default" point plans exactly as with the small-grid rule off (the
  * table's tiles); a "small" point differs from that exactly when the
  * table's kv tile is 128, and then takes 64-row kv tiles. Repeated points
- * (THD even 0; THD or deterministic small) must be reported as such.
+ * (THD past its first even value; THD or deterministic small) must be
+ * reported as such.
  * Planning needs no GPU and no compile.
  */
 #include <stdio.h>
