@@ -87,7 +87,9 @@ static sdpa_status small_grid(const sdpa_bwd_desc *d, const sdpa_kernel_config *
   const int causal = d->mask == SDPA_MASK_CAUSAL_TOP_LEFT ||
                      d->mask == SDPA_MASK_CAUSAL_BOTTOM_RIGHT;
   const int64_t tiles = ((int64_t)d->seqlen_kv + c->kv_tile - 1) / c->kv_tile;
-  const int64_t blocks = tiles * d->batch * d->heads_kv;
+  int64_t blocks = 0; /* tiles * batch < 2^58; times heads_kv may pass int64 */
+  if (__builtin_mul_overflow(tiles * d->batch, (int64_t)d->heads_kv, &blocks))
+    return SDPA_STATUS_SUCCESS; /* not small */
   *out = blocks <= (causal ? 2 : 1) * SMALL_GRID_BLOCKS;
   return SDPA_STATUS_SUCCESS;
 }

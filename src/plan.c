@@ -23,9 +23,10 @@
  * its last kv tile is done with it: one launch fewer (3-5 us less host time
  * a call) but slower on the GPU at every size measured on an H200, by 3
  * to 31% on small problems and 3-4% on large ones (bench/NOTES.md): the
- * CTAs that finish a query tile convert it latency-bound at their ends. It is a key field rather than a
- * run-time flag because any hand-off code in the main kernel changed the
- * register allocation of its loop (1.5-2% either way).
+ * CTAs that finish a query tile convert it latency-bound at their ends.
+ * It is a key field rather than a run-time flag because any hand-off code
+ * in the main kernel changed the register allocation of its loop (1.5-2%
+ * either way).
  */
 #include "plan.h"
 
@@ -471,8 +472,12 @@ static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
   p->scale = d->scale;
   p->scale_log2 = d->scale * 1.4426950408889634f;
 
-  plan->main_grid_x = kv_tiles * d->batch;
-  plan->convert_grid_x = (int64_t)p->q_blocks * d->batch * d->heads_q;
+  plan->main_grid_x = kv_tiles * d->batch; /* < 2^27 * 2^31 */
+  /* THD: batch and max_s are bounded only each on its own, so the product
+   * may pass int64; saturate (the check below rejects it). */
+  if (__builtin_mul_overflow((int64_t)p->q_blocks * d->batch, (int64_t)d->heads_q,
+                             &plan->convert_grid_x))
+    plan->convert_grid_x = INT64_MAX;
   const int64_t aux_x = sdpa_aux_blocks(plan->rows_q * d->heads_q, d->head_dim_v); /* at most */
   int64_t largest = plan->main_grid_x > plan->convert_grid_x ? plan->main_grid_x
                                                              : plan->convert_grid_x;

@@ -187,6 +187,17 @@ START_TEST(launch_grid_limits) {
   ck_assert_int_eq(plan->main_grid_x,
                    (int64_t)(4096 / plan->fields.config.kv_tile) << 16);
   sdpa_bwd_plan_destroy(plan);
+  /* THD: sequences and max_s are bounded each on its own; the convert
+   * grid (2^26 x 2^24 query blocks x 2^15 heads) passes int64 while the
+   * main grid (one kv tile x 2^24) fits */
+  d = good();
+  d.layout = SDPA_LAYOUT_THD;
+  d.batch = 1 << 24;
+  d.seqlen_q = 1 << 30;
+  d.seqlen_kv = 128;
+  d.heads_q = d.heads_kv = 1 << 15;
+  d.max_total_q = d.max_total_kv = 1024;
+  REJECT(d, NOT_SUPPORTED, "desc.batch = 16777216", "launch grid");
 }
 END_TEST
 
