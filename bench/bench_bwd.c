@@ -3,9 +3,9 @@
  *
  * Every case is validated before it is timed: a small twin of it (same
  * dtype, head_dim, mask, layout and GQA ratio, lengths that are tile
- * multiples or not as the case's, and the case's dQ writer and tile
- * class pinned with SDPA_JIT_DQ_CONVERT and SDPA_JIT_SMALL_GRID: the
- * same key, else the case fails; B=1, S=512 or 500) runs against the
+ * multiples or not as the case's, and the case's dQ writer and tiles
+ * pinned with SDPA_JIT_DQ_CONVERT and SDPA_JIT_TILES: the same key, else
+ * the case fails; B=1, S=512 or 500) runs against the
  * float64 CPU reference, since the reference is far too slow for the
  * full sizes. Then the full case is timed with CUDA events around
  * each sdpa_bwd_execute (preprocess + main + dQ convert):
@@ -41,6 +41,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "env_pin.h"
 #include "gpu.h"
 #include "reference.h"
 
@@ -153,39 +154,14 @@ static const char *dq_writer(const bench_case *c) {
   return c->plan && strstr(sdpa_bwd_plan_key(c->plan), ";dq=main") ? "main" : "convert";
 }
 
-/* An environment variable set for a while, then put back as it was. */
-typedef struct env_pin {
-  const char *name;
-  int had;
-  char saved[64];
-} env_pin;
-
-static void env_pin_set(env_pin *pin, const char *name, const char *value) {
-  const char *outer = getenv(name);
-  pin->name = name;
-  pin->had = outer != NULL;
-  snprintf(pin->saved, sizeof pin->saved, "%s", outer ? outer : "");
-  setenv(name, value, 1);
-}
-
-static void env_pin_restore(const env_pin *pin) {
-  if (pin->had)
-    setenv(pin->name, pin->saved, 1);
-  else
-    unsetenv(pin->name);
-}
-
-/* Whether the case's kernel has the small-grid tiles: its key is not the
- * one the plan gets with that rule off. */
-static int small_grid_tiles(const bench_case *c) {
-  env_pin pin;
-  sdpa_bwd_plan *table = NULL;
-  env_pin_set(&pin, "SDPA_JIT_SMALL_GRID", "0");
-  int small = c->plan && sdpa_bwd_plan_create(&table, runtime, &c->desc) == 0 &&
-              strcmp(sdpa_bwd_plan_key_hash(table), sdpa_bwd_plan_key_hash(c->plan)) != 0;
-  env_pin_restore(&pin);
-  sdpa_bwd_plan_destroy(table);
-  return small;
+/* The case's tiles as SDPA_JIT_TILES spells them ("q,kv,warps,stages"),
+ * read from its key; "" when the key has none. */
+static void case_tiles(const bench_case *c, char *out, size_t size) {
+  const char *at = c->plan ? strstr(sdpa_bwd_plan_key(c->plan), ";qt=") : NULL;
+  int qt, kvt, warps, stages;
+  out[0] = '\0';
+  if (at && sscanf(at, ";qt=%d;kvt=%d;warps=%d;stages=%d", &qt, &kvt, &warps, &stages) == 4)
+    snprintf(out, size, "%d,%d,%d,%d", qt, kvt, warps, stages);
 }
 
 static void validate_case(bench_case *c) {
@@ -208,14 +184,16 @@ static void validate_case(bench_case *c) {
     snprintf(c->message, sizeof c->message, "reference: out of memory");
     goto done;
   }
-  /* the twin is small: pin the case's dQ writer and tile class so that it
-   * gets the case's key */
-  env_pin dq_pin, tiles_pin;
-  env_pin_set(&dq_pin, "SDPA_JIT_DQ_CONVERT", dq_writer(c));
-  env_pin_set(&tiles_pin, "SDPA_JIT_SMALL_GRID", small_grid_tiles(c) ? "1" : "0");
+  /* the twin is small: pin the case's dQ writer and tiles so that it gets
+   * the case's key */
+  char tiles[48];
+  case_tiles(c, tiles, sizeof tiles);
+  sdpa_env_pin dq_pin, tiles_pin;
+  sdpa_env_pin_set(&dq_pin, "SDPA_JIT_DQ_CONVERT", dq_writer(c));
+  sdpa_env_pin_set(&tiles_pin, "SDPA_JIT_TILES", tiles);
   sdpa_gpu_run_problem(&gpu, runtime, &p, &l, &d, &o);
-  env_pin_restore(&tiles_pin);
-  env_pin_restore(&dq_pin);
+  sdpa_env_pin_restore(&tiles_pin);
+  sdpa_env_pin_restore(&dq_pin);
   if (o.status != SDPA_STATUS_SUCCESS) {
     snprintf(c->message, sizeof c->message, "twin: %.1000s", o.message);
     sdpa_gpu_outcome_free(&o);

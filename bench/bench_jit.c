@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "env_pin.h"
 #include "gpu.h"
 #include "reference.h"
 
@@ -221,15 +222,10 @@ static double execute_host_us(sdpa_gpu *gpu, sdpa_runtime *runtime, int iteratio
   sdpa_ref_layout_make(&l, &p, SDPA_REF_STYLE_PACKED, SDPA_REF_LSE_PACKED);
   sdpa_bwd_desc desc;
   sdpa_ref_desc(&p, &l, &desc);
-  const char *outer = getenv("SDPA_JIT_DQ_CONVERT");
-  char saved[32] = "";
-  if (outer) snprintf(saved, sizeof saved, "%s", outer);
-  setenv("SDPA_JIT_DQ_CONVERT", writer, 1);
+  sdpa_env_pin pin;
+  sdpa_env_pin_set(&pin, "SDPA_JIT_DQ_CONVERT", writer);
   sdpa_status planned = sdpa_bwd_plan_create(&plan, runtime, &desc);
-  if (outer)
-    setenv("SDPA_JIT_DQ_CONVERT", saved, 1);
-  else
-    unsetenv("SDPA_JIT_DQ_CONVERT");
+  sdpa_env_pin_restore(&pin);
   if (planned || sdpa_bwd_compile(plan, NULL)) goto done;
   if (sdpa_gpu_problem_upload(gpu, &p, &l, &d)) goto done;
   uploaded = 1;

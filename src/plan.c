@@ -503,8 +503,8 @@ static sdpa_status workspace_overflow(const sdpa_bwd_plan *plan) {
                         plan->desc.head_dim);
 }
 
-/* Sizes the workspace of a plan whose desc and config are resolved, and
- * chooses who writes dQ (that decides whether the counters are needed). */
+/* Sizes the workspace of a plan whose desc, config and dQ writer are
+ * resolved (the writer decides whether the counters are needed). */
 static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
   const sdpa_kernel_config *c = &plan->fields.config;
@@ -519,11 +519,9 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const int64_t delta[] = {plan->rows_q, d->heads_q, 4};
   const int64_t semaphores[] = {d->heads_q, d->batch, q_tiles, 4};
   const int64_t none[] = {0};
-  sdpa_status status;
   if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||
       add_region(&total, &plan->ws_delta, delta, 3))
     return workspace_overflow(plan);
-  if ((status = choose_dq_writer(plan))) return status;
   if (plan->fields.fold_dq || d->deterministic
           ? add_region(&total, &plan->ws_semaphores, semaphores, 4)
           : add_region(&total, &plan->ws_semaphores, none, 1))
@@ -595,7 +593,8 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   f->deterministic = d->deterministic;
   f->even = d->layout == SDPA_LAYOUT_BSHD && d->seqlen_q % c->q_tile == 0 &&
             d->seqlen_kv % c->kv_tile == 0;
-  if ((status = size_workspace(plan))) goto done; /* also sets f->fold_dq */
+  if ((status = choose_dq_writer(plan))) goto done;
+  if ((status = size_workspace(plan))) goto done;
   if ((status = sdpa_key_build(f, &plan->key))) goto done;
   if ((status = plan_launch(plan))) goto done;
 

@@ -609,8 +609,8 @@ START_TEST(workspace_thd) {
 }
 END_TEST
 
-/* The size-dependent choices of a plan for `d`: who writes dQ (the key
- * field) and the masked launch order's group size (a parameter). */
+/* Two choices of a plan for `d`: who writes dQ (the key field) and the
+ * masked launch order's group size (a parameter, size-dependent). */
 typedef struct plan_choices {
   int fold_dq, order_group;
 } plan_choices;
