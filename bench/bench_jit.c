@@ -22,7 +22,9 @@
  *   repeat compile     sdpa_bwd_compile of a compiled plan (median of 10000)
  *   execute (host)     host time of one sdpa_bwd_execute call on a small
  *                      problem (median of 2000; GPU only): the default
- *                      three launches, and two with SDPA_JIT_DQ_CONVERT=main
+ *                      (three kernels, one graph launch), kernel by kernel
+ *                      (SDPA_JIT_GRAPHS=0: three cuLaunchKernel), and two
+ *                      kernels (SDPA_JIT_DQ_CONVERT=main) both ways
  * Without a GPU everything but the last row runs, for --arch (default 90).
  * Options: --arch N, --quick (4 keys), --repeats N (warm processes per
  * key, default 3), --csv FILE.
@@ -199,10 +201,11 @@ static const char *source_name(sdpa_source s) {
 }
 
 /* Host time of sdpa_bwd_execute on a small problem (GPU only), its plan
- * made with SDPA_JIT_DQ_CONVERT=`writer` ("convert": three launches,
- * "main": two). */
+ * made with SDPA_JIT_DQ_CONVERT=`writer` ("convert": three kernels,
+ * "main": two) and SDPA_JIT_GRAPHS=`graphs` ("1": one graph launch a
+ * call, "0": a cuLaunchKernel per kernel). */
 static double execute_host_us(sdpa_gpu *gpu, sdpa_runtime *runtime, int iterations,
-                              const char *writer) {
+                              const char *writer, const char *graphs) {
   sdpa_ref_problem p = {0};
   p.dtype = SDPA_DTYPE_BF16;
   p.layout = SDPA_LAYOUT_BSHD;
@@ -222,9 +225,11 @@ static double execute_host_us(sdpa_gpu *gpu, sdpa_runtime *runtime, int iteratio
   sdpa_ref_layout_make(&l, &p, SDPA_REF_STYLE_PACKED, SDPA_REF_LSE_PACKED);
   sdpa_bwd_desc desc;
   sdpa_ref_desc(&p, &l, &desc);
-  sdpa_env_pin pin;
+  sdpa_env_pin pin, pin_graphs;
   sdpa_env_pin_set(&pin, "SDPA_JIT_DQ_CONVERT", writer);
+  sdpa_env_pin_set(&pin_graphs, "SDPA_JIT_GRAPHS", graphs);
   sdpa_status planned = sdpa_bwd_plan_create(&plan, runtime, &desc);
+  sdpa_env_pin_restore(&pin_graphs);
   sdpa_env_pin_restore(&pin);
   if (planned || sdpa_bwd_compile(plan, NULL)) goto done;
   if (sdpa_gpu_problem_upload(gpu, &p, &l, &d)) goto done;
@@ -350,7 +355,9 @@ int main(int argc, char **argv) {
   }
 
   /* In-process rows on the first key's cache. */
-  double plan_us = -1, repeat_us = -1, execute_us = -1, execute_main_us = -1;
+  double plan_us = -1, repeat_us = -1;
+  /* execute's host time: [dQ by main][kernel by kernel] */
+  double execute_us[2][2] = {{-1, -1}, {-1, -1}};
   int first = -1;
   for (int i = 0; i < count && first < 0; i++)
     if (paths[i][0]) first = i;
@@ -385,8 +392,10 @@ int main(int argc, char **argv) {
       sdpa_bwd_plan_destroy(plan);
       free(samples);
       if (has_gpu && (arch == 0 || arch == gpu.arch)) {
-        execute_us = execute_host_us(&gpu, runtime, 2000, "convert");
-        execute_main_us = execute_host_us(&gpu, runtime, 2000, "main");
+        for (int main_dq = 0; main_dq < 2; main_dq++)
+          for (int direct = 0; direct < 2; direct++)
+            execute_us[main_dq][direct] = execute_host_us(
+                &gpu, runtime, 2000, main_dq ? "main" : "convert", direct ? "0" : "1");
       }
       sdpa_runtime_destroy(runtime);
     }
@@ -406,21 +415,35 @@ int main(int argc, char **argv) {
              median(warm_by_layout[thd], layout_count[thd]) / 1e3, layout_count[thd]);
   if (plan_us >= 0) printf("%-34s %11.2f us  1000 calls\n", "plan create", plan_us);
   if (repeat_us >= 0) printf("%-34s %11.3f us  10000 calls\n", "repeat compile (in memory)", repeat_us);
-  if (execute_us >= 0)
-    printf("%-34s %11.2f us  2000 calls (three launches)\n", "execute, host time", execute_us);
-  else
-    printf("%-34s %14s  %s\n", "execute, host time", "-", has_gpu ? "failed" : "skipped: no GPU");
-  if (execute_main_us >= 0)
-    printf("  %-32s %11.2f us  2000 calls (two launches)\n", "with SDPA_JIT_DQ_CONVERT=main",
-           execute_main_us);
+  static const char *const execute_rows[2][2] = {
+      {"execute, host time", "  kernel by kernel (GRAPHS=0)"},
+      {"  dQ by main (DQ_CONVERT=main)", "  dQ by main, kernel by kernel"}};
+  static const char *const execute_over[2][2] = {
+      {"one graph launch: 3 kernels", "3 cuLaunchKernel"},
+      {"one graph launch: 2 kernels", "2 cuLaunchKernel"}};
+  for (int main_dq = 0; main_dq < 2; main_dq++)
+    for (int direct = 0; direct < 2; direct++) {
+      const double us = execute_us[main_dq][direct];
+      if (us >= 0)
+        printf("%-34s %11.2f us  2000 calls (%s)\n", execute_rows[main_dq][direct], us,
+               execute_over[main_dq][direct]);
+      else
+        printf("%-34s %14s  %s\n", execute_rows[main_dq][direct], "-",
+               has_gpu ? "failed" : "skipped: no GPU");
+    }
   if (csv) {
     if (cold_count) fprintf(csv, "cold_compile_median,,%.3f,ms\n", median(cold_ms, cold_count));
     if (warm_count) fprintf(csv, "warm_process_median,,%.3f,ms\n", median(warm, warm_count) / 1e3);
     if (plan_us >= 0) fprintf(csv, "plan_create_median,,%.3f,us\n", plan_us);
     if (repeat_us >= 0) fprintf(csv, "repeat_compile_median,,%.4f,us\n", repeat_us);
-    if (execute_us >= 0) fprintf(csv, "execute_host_median,,%.3f,us\n", execute_us);
-    if (execute_main_us >= 0)
-      fprintf(csv, "execute_host_median_dq_main,,%.3f,us\n", execute_main_us);
+    static const char *const execute_csv[2][2] = {
+        {"execute_host_median", "execute_host_median_direct"},
+        {"execute_host_median_dq_main", "execute_host_median_dq_main_direct"}};
+    for (int main_dq = 0; main_dq < 2; main_dq++)
+      for (int direct = 0; direct < 2; direct++)
+        if (execute_us[main_dq][direct] >= 0)
+          fprintf(csv, "%s,,%.3f,us\n", execute_csv[main_dq][direct],
+                  execute_us[main_dq][direct]);
     fclose(csv);
   }
   for (int i = 0; i < count; i++) remove_tree(dirs[i]);

@@ -35,6 +35,13 @@ static CUcontext primary_ctx;
     memcpy(&table.field, &sym_, sizeof sym_);                                 \
   } while (0)
 
+/* An entry point the library can do without: NULL when absent. */
+#define RESOLVE_OPTIONAL(field, name)                                         \
+  do {                                                                        \
+    void *sym_ = dlsym(lib, name);                                            \
+    memcpy(&table.field, &sym_, sizeof sym_);                                 \
+  } while (0)
+
 static void load_driver(void) {
   void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
@@ -77,6 +84,20 @@ static void load_driver(void) {
   RESOLVE(cuEventDestroy, "cuEventDestroy_v2");
   RESOLVE(cuEventRecord, "cuEventRecord");
   RESOLVE(cuEventElapsedTime, "cuEventElapsedTime_v2");
+  RESOLVE_OPTIONAL(cuStreamIsCapturing, "cuStreamIsCapturing");
+  RESOLVE_OPTIONAL(cuGraphCreate, "cuGraphCreate");
+  RESOLVE_OPTIONAL(cuGraphAddKernelNode, "cuGraphAddKernelNode_v2");
+  RESOLVE_OPTIONAL(cuGraphInstantiate, "cuGraphInstantiateWithFlags");
+  RESOLVE_OPTIONAL(cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2");
+  RESOLVE_OPTIONAL(cuGraphLaunch, "cuGraphLaunch");
+  RESOLVE_OPTIONAL(cuGraphExecDestroy, "cuGraphExecDestroy");
+  RESOLVE_OPTIONAL(cuGraphDestroy, "cuGraphDestroy");
+  RESOLVE_OPTIONAL(cuStreamBeginCapture, "cuStreamBeginCapture_v2");
+  RESOLVE_OPTIONAL(cuStreamEndCapture, "cuStreamEndCapture");
+  table.has_graphs = table.cuStreamIsCapturing && table.cuGraphCreate &&
+                     table.cuGraphAddKernelNode && table.cuGraphInstantiate &&
+                     table.cuGraphExecKernelNodeSetParams && table.cuGraphLaunch &&
+                     table.cuGraphExecDestroy && table.cuGraphDestroy;
 
   CUresult rc = table.cuInit(0);
   if (rc != CUDA_SUCCESS) {

@@ -48,6 +48,22 @@ typedef struct sdpa_driver {
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+  /* Optional (NULL when the driver lacks them; execute then launches each
+   * kernel itself): the per-plan launch graphs (launch.c) and, for tests,
+   * stream capture. */
+  CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+  CUresult (*cuGraphCreate)(CUgraph *, unsigned int);
+  CUresult (*cuGraphAddKernelNode)(CUgraphNode *, CUgraph, const CUgraphNode *,
+                                   size_t, const CUDA_KERNEL_NODE_PARAMS *);
+  CUresult (*cuGraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
+                                             const CUDA_KERNEL_NODE_PARAMS *);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
+  CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
+  int has_graphs; /* every graph entry point above resolved */
 } sdpa_driver;
 
 /* Loads the driver (once per process, thread-safe) and calls cuInit(0).

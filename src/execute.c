@@ -6,12 +6,14 @@
  *
  * Execute never compiles: the plan's module must already be loaded in the
  * current context (sdpa_bwd_compile). The hot path is one cuCtxGetCurrent,
- * a host-memory read of the device error word and two or three
- * cuLaunchKernel.
+ * a host-memory read of the device error word, and the launches: one
+ * graph launch after updating the nodes whose parameters changed, or two
+ * or three cuLaunchKernel (launch.c).
  */
 #include <stdint.h>
 
 #include "instantiate.h"
+#include "launch.h"
 #include "runtime.h"
 #include "status.h"
 #include "../templates/sdpa_params.h"
@@ -108,11 +110,12 @@ static sdpa_status take_device_error(sdpa_module_entry *m) {
 
 /* The plan's module in the current context, or NOT_COMPILED. */
 static sdpa_status current_module(sdpa_bwd_plan *plan, const sdpa_driver **drv,
-                                  sdpa_module_entry **out) {
+                                  CUcontext *ctx_out, sdpa_module_entry **out) {
   sdpa_status status = sdpa_driver_get(drv);
   if (status) return status;
   CUcontext ctx = NULL;
   if ((status = sdpa_driver_context(*drv, &ctx, NULL))) return status;
+  if (ctx_out) *ctx_out = ctx;
   if (!plan->module || plan->module_ctx != (void *)ctx)
     return sdpa_error_set(SDPA_STATUS_NOT_COMPILED,
                           "the plan's kernels are not loaded in the current "
@@ -129,10 +132,11 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
   sdpa_status status;
   const sdpa_driver *drv = NULL;
   sdpa_module_entry *m = NULL;
+  CUcontext ctx = NULL;
   if (!plan)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT, "plan is NULL");
   if ((status = check_call(plan, t, workspace, workspace_bytes))) return status;
-  if ((status = current_module(plan, &drv, &m))) return status;
+  if ((status = current_module(plan, &drv, &ctx, &m))) return status;
   if ((status = take_device_error(m))) return status;
 
   const sdpa_bwd_desc *d = &plan->desc;
@@ -158,30 +162,24 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
     if (plan->lse_packed_default) p.lse_head = t->total_q;
   }
 
-  CUstream s = (CUstream)stream;
-  void *args[] = {&p};
   /* Grids: checked against the launch limits at the plan's bounds. */
   const int64_t aux_blocks = sdpa_aux_blocks(p.rows_q * p.heads_q, d->head_dim_v);
   const int64_t main_x = plan->main_grid_x, convert_x = plan->convert_grid_x;
-  if (aux_blocks > 0 || p.semaphores) { /* zeroes what main counts on */
-    unsigned blocks = aux_blocks > 0 ? (unsigned)aux_blocks : 1;
-    SDPA_CU_CHECK(drv, drv->cuLaunchKernel(m->preprocess, blocks, 1, 1,
-                                           SDPA_AUX_THREADS, 1, 1, 0, s, args, NULL),
-                  "launching sdpa_bwd_preprocess");
-  }
+  sdpa_launch launches[3];
+  int count = 0;
+  if (aux_blocks > 0 || p.semaphores) /* zeroes what main counts on */
+    launches[count++] = (sdpa_launch){m->preprocess, "launching sdpa_bwd_preprocess",
+                                      aux_blocks > 0 ? (unsigned)aux_blocks : 1u, 1u,
+                                      SDPA_AUX_THREADS, 0u};
   if (main_x > 0)
-    SDPA_CU_CHECK(drv, drv->cuLaunchKernel(m->main, (unsigned)main_x,
-                                           (unsigned)d->heads_kv, 1,
-                                           32u * (unsigned)c->warps, 1, 1,
-                                           (unsigned)c->smem_bytes, s, args, NULL),
-                  "launching sdpa_bwd_main");
+    launches[count++] = (sdpa_launch){m->main, "launching sdpa_bwd_main",
+                                      (unsigned)main_x, (unsigned)d->heads_kv,
+                                      32u * (unsigned)c->warps, (unsigned)c->smem_bytes};
   if (!fold_dq && aux_blocks > 0 && convert_x > 0)
-    SDPA_CU_CHECK(drv, drv->cuLaunchKernel(m->convert, (unsigned)convert_x, 1, 1,
-                                           SDPA_AUX_THREADS, 1, 1, 0, s, args, NULL),
-                  "launching sdpa_bwd_convert_dq");
-  status = SDPA_STATUS_SUCCESS;
-done:
-  return status;
+    launches[count++] = (sdpa_launch){m->convert, "launching sdpa_bwd_convert_dq",
+                                      (unsigned)convert_x, 1u, SDPA_AUX_THREADS, 0u};
+  return sdpa_launch_run(&plan->graphs, drv, ctx, (CUstream)stream, launches,
+                         count, &p);
 }
 
 sdpa_status sdpa_bwd_sync_check(sdpa_bwd_plan *plan, void *stream) {
@@ -190,7 +188,7 @@ sdpa_status sdpa_bwd_sync_check(sdpa_bwd_plan *plan, void *stream) {
   sdpa_module_entry *m = NULL;
   if (!plan)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT, "plan is NULL");
-  if ((status = current_module(plan, &drv, &m))) return status;
+  if ((status = current_module(plan, &drv, NULL, &m))) return status;
   SDPA_CU_CHECK(drv, drv->cuStreamSynchronize((CUstream)stream),
                 "synchronizing the stream after the backward");
   status = take_device_error(m);

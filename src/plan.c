@@ -598,6 +598,8 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   if ((status = sdpa_key_build(f, &plan->key))) goto done;
   if ((status = plan_launch(plan))) goto done;
 
+  if ((status = sdpa_launch_graphs_init(&plan->graphs))) goto done;
+  plan->graphs_ready = 1;
   if (pthread_mutex_init(&plan->lock, NULL) != 0) {
     status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
                             "could not initialize the plan's mutex");
@@ -607,13 +609,16 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   plan = NULL;
 
 done:
+  if (plan && plan->graphs_ready) sdpa_launch_graphs_destroy(&plan->graphs);
   free(plan);
   return status;
 }
 
-/* Destroys a plan; the module and cubin belong to the runtime's table. */
+/* Destroys a plan and its launch graphs; the module and cubin belong to
+ * the runtime's table. */
 void sdpa_bwd_plan_destroy(sdpa_bwd_plan *plan) {
   if (!plan) return;
+  sdpa_launch_graphs_destroy(&plan->graphs);
   pthread_mutex_destroy(&plan->lock);
   free(plan->compile_log);
   free(plan);

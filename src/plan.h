@@ -15,6 +15,7 @@
 
 #include "sdpa_jit.h"
 #include "../templates/sdpa_params.h"
+#include "launch.h"
 
 typedef struct sdpa_runtime sdpa_runtime;
 typedef struct sdpa_module_entry sdpa_module_entry;
@@ -74,6 +75,10 @@ struct sdpa_bwd_plan {
   size_t cubin_size;
   sdpa_source source;
   char *compile_log;
+
+  /* execute's launch graphs, one per (context, stream) (launch.h) */
+  sdpa_launch_graphs graphs;
+  int graphs_ready; /* graphs initialized (destroy them)             */
 };
 
 /* 16-row blocks of the dQ accumulator for `rows_q` query rows (layout in

@@ -665,6 +665,32 @@ START_TEST(dq_writer) {
 }
 END_TEST
 
+/* Launch graphs: on by default and with SDPA_JIT_GRAPHS=1, off with 0
+ * (a plan parameter: the key does not change), anything else rejected
+ * naming the variable; a new plan holds none until it is executed. */
+START_TEST(launch_graphs_setting) {
+  sdpa_bwd_desc d = good();
+  sdpa_bwd_plan *plan = make(&d);
+  ck_assert_int_eq(plan->graphs.enabled, 1);
+  ck_assert_int_eq(plan->graphs.used, 0);
+  char key[sizeof plan->key.text];
+  snprintf(key, sizeof key, "%s", sdpa_bwd_plan_key(plan));
+  sdpa_bwd_plan_destroy(plan);
+  ck_assert_int_eq(setenv("SDPA_JIT_GRAPHS", "0", 1), 0);
+  plan = make(&d);
+  ck_assert_int_eq(plan->graphs.enabled, 0);
+  ck_assert_str_eq(sdpa_bwd_plan_key(plan), key);
+  sdpa_bwd_plan_destroy(plan);
+  ck_assert_int_eq(setenv("SDPA_JIT_GRAPHS", "1", 1), 0);
+  plan = make(&d);
+  ck_assert_int_eq(plan->graphs.enabled, 1);
+  sdpa_bwd_plan_destroy(plan);
+  ck_assert_int_eq(setenv("SDPA_JIT_GRAPHS", "yes", 1), 0);
+  REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_GRAPHS = \"yes\"", "\"0\"", "\"1\"");
+  unsetenv("SDPA_JIT_GRAPHS");
+}
+END_TEST
+
 /* The kernel configuration of `d` as "qt,kvt,warps,stages". */
 static const char *tiles_of(const sdpa_bwd_desc *d, char *buf, size_t size) {
   sdpa_bwd_plan *plan = make(d);
@@ -875,6 +901,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(tr, workspace_bshd);
   tcase_add_test(tr, workspace_thd);
   tcase_add_test(tr, dq_writer);
+  tcase_add_test(tr, launch_graphs_setting);
   tcase_add_test(tr, launch_order_group);
   tcase_add_test(tr, runtime_options);
   tcase_add_test(tr, desc_arch_overrides_runtime);

@@ -37,6 +37,7 @@
 
 #include "check_main.h"
 #include "gpu.h"
+#include "plan.h" /* the plan's launch graphs (launch_paths) */
 #include "reference.h"
 
 #define TOL_BF16 1e-2
@@ -564,6 +565,13 @@ END_TEST
 /* Every case again with the small-grid rule off: the matrix's BSHD
  * problems are small grids, so by default they run 64-row kv tiles; here
  * they run the table's tiles, as larger problems do. */
+/* Every third case with execute launching kernel by kernel
+ * (SDPA_JIT_GRAPHS=0; by default a graph per plan and stream). */
+START_TEST(matrix_direct_launches) {
+  matrix_with_env("SDPA_JIT_GRAPHS", "0", 3, "matrix, kernel by kernel");
+}
+END_TEST
+
 START_TEST(matrix_table_tiles) {
   matrix_with_env("SDPA_JIT_SMALL_GRID", "0", 1, "matrix, the table's tiles");
 }
@@ -900,6 +908,82 @@ START_TEST(thd_one_plan_many_offsets) {
 }
 END_TEST
 
+/* ---------------------------------------------------------- launch paths */
+
+/* One compiled plan executed many times with fresh data (new pointers, so
+ * each call updates the plan's graph): on the tests' stream, on five more
+ * streams (three get graphs of their own, the last two, past the plan's
+ * four, go kernel by kernel), once recorded by stream capture (the
+ * library must launch kernels for the capture to record), and back on
+ * the first stream; then a plan made with SDPA_JIT_GRAPHS=0. Every run is
+ * checked against the reference; the plan must hold exactly four graphs
+ * when the driver has them. */
+static int launch_paths_case(const case_spec *spec, uint64_t seed0) {
+  enum { EXTRA_STREAMS = 5 };
+  CUstream streams[EXTRA_STREAMS] = {0};
+  const sdpa_driver *drv = gpu.drv;
+  for (int i = 0; i < EXTRA_STREAMS; i++)
+    ck_assert_int_eq(drv->cuStreamCreate(&streams[i], CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  struct {
+    CUstream stream;
+    int capture;
+    const char *what;
+  } runs[] = {
+      {gpu.stream, 0, "first stream"},      {gpu.stream, 0, "first stream, new data"},
+      {streams[0], 0, "second stream"},     {streams[1], 0, "third stream"},
+      {streams[2], 0, "fourth stream"},     {streams[3], 0, "fifth stream (no graph)"},
+      {streams[4], 0, "sixth stream (no graph)"}, {streams[0], 1, "captured"},
+      {gpu.stream, 0, "first stream again"},
+  };
+  const int count = (int)(sizeof runs / sizeof runs[0]);
+  int failures = 0;
+  sdpa_bwd_plan *plan = NULL;
+  for (int graphs = 1; graphs >= 0; graphs--) {
+    if (!graphs) ck_assert_int_eq(setenv("SDPA_JIT_GRAPHS", "0", 1), 0);
+    for (int i = 0; i < (graphs ? count : 1); i++) {
+      test_case c;
+      char label[sizeof c.label];
+      snprintf(label, sizeof label, "%s: %s", spec->name,
+               graphs ? runs[i].what : "SDPA_JIT_GRAPHS=0");
+      case_init(&c, spec, SDPA_DTYPE_BF16, seed0 + (uint64_t)i + (graphs ? 0 : 100), label);
+      case_prepare(&c);
+      ck_assert(c.ready);
+      if (!plan) {
+        sdpa_status st = sdpa_bwd_plan_create(&plan, runtime, &c.desc);
+        ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan: %s", sdpa_last_error());
+        st = sdpa_bwd_compile(plan, NULL);
+        ck_assert_msg(st == SDPA_STATUS_SUCCESS, "compile: %s", sdpa_last_error());
+      }
+      sdpa_gpu_outcome o;
+      const CUstream stream = graphs ? runs[i].stream : gpu.stream;
+      sdpa_gpu_execute_problem_on(&gpu, plan, &c.p, &c.l, stream, graphs && runs[i].capture, &o);
+      failures += !check_outcome(&c, &o, "");
+      sdpa_gpu_outcome_free(&o);
+      case_free(&c);
+    }
+    const int expected = graphs && drv->has_graphs ? SDPA_LAUNCH_GRAPHS : 0;
+    ck_assert_msg(plan->graphs.used == expected, "%s: the plan holds %d launch graphs, not %d",
+                  spec->name, plan->graphs.used, expected);
+    sdpa_bwd_plan_destroy(plan);
+    plan = NULL;
+  }
+  unsetenv("SDPA_JIT_GRAPHS");
+  for (int i = 0; i < EXTRA_STREAMS; i++) drv->cuStreamDestroy(streams[i]);
+  return failures;
+}
+
+START_TEST(launch_paths) {
+  static const case_spec specs[] = {
+      BSHD_CASE("launch_bshd", 2, 4, 2, 200, 200, 64, 0, TL, 0, 0, 0, PACKED, LP, 0),
+      THD_CASE("launch_thd", 3, 4, 4, 128, 0, BR, 0, 0, 0, PACKED, LP, 0, LENS(100, 7, 64),
+               LENS(90, 40, 64)),
+  };
+  int failures = 0;
+  for (int i = 0; i < 2; i++) failures += launch_paths_case(&specs[i], 0x1a0c0000u + 1000u * (uint64_t)i);
+  ck_assert_msg(failures == 0, "%d runs failed (see above)", failures);
+}
+END_TEST
+
 /* A THD sequence longer than the plan's max_s hint: the launch reports
  * SDPA_STATUS_DEVICE_ERROR (from execute or sync_check), and the next good
  * call on the same plan works. */
@@ -1103,10 +1187,12 @@ static Suite *gpu_suite(void) {
   tcase_add_test(api, thd_overlong_sequence_is_reported);
   tcase_add_test(api, thd_one_key_many_totals);
   tcase_add_test(api, thd_one_plan_many_offsets);
+  tcase_add_test(api, launch_paths);
   suite_add_tcase(s, api);
   TCase *numerics = tcase_create("numerics");
   tcase_add_test(numerics, matrix);
   tcase_add_test(numerics, matrix_main_kernel);
+  tcase_add_test(numerics, matrix_direct_launches);
   tcase_add_test(numerics, matrix_table_tiles);
   tcase_add_test(numerics, matrix_launch_groups);
   tcase_add_test(numerics, deterministic_is_bitwise);

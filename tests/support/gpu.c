@@ -8,6 +8,8 @@
  */
 #include "gpu.h"
 
+#include "status.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,10 +297,44 @@ static sdpa_status fail(sdpa_gpu_outcome *out, sdpa_status status, const char *s
   return status;
 }
 
+/* Runs the library's launches for one call on `stream`, or (capture) records
+ * them into a graph of the stream's capture and launches that. */
+static sdpa_status execute_on(const sdpa_gpu *gpu, sdpa_bwd_plan *plan,
+                              const sdpa_bwd_tensors *t, CUdeviceptr workspace,
+                              size_t workspace_bytes, CUstream stream, int capture) {
+  const sdpa_driver *drv = gpu->drv;
+  sdpa_status status;
+  void *ws = (void *)(uintptr_t)workspace;
+  if (!capture) return sdpa_bwd_execute(plan, t, ws, workspace_bytes, stream);
+  if (!drv->cuStreamBeginCapture || !drv->cuStreamEndCapture || !drv->has_graphs)
+    return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED, "the driver lacks stream capture");
+  CUgraph graph = NULL;
+  CUgraphExec exec = NULL;
+  SDPA_CU_CHECK(drv, drv->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                "cuStreamBeginCapture");
+  status = sdpa_bwd_execute(plan, t, ws, workspace_bytes, stream);
+  CUresult rc = drv->cuStreamEndCapture(stream, &graph);
+  if (status != SDPA_STATUS_SUCCESS) goto done;
+  SDPA_CU_CHECK(drv, rc, "cuStreamEndCapture");
+  SDPA_CU_CHECK(drv, drv->cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate");
+  SDPA_CU_CHECK(drv, drv->cuGraphLaunch(exec, stream), "cuGraphLaunch of the capture");
+done:
+  if (exec) drv->cuGraphExecDestroy(exec);
+  if (graph) drv->cuGraphDestroy(graph);
+  return status;
+}
+
 sdpa_status sdpa_gpu_execute_problem(const sdpa_gpu *gpu, sdpa_bwd_plan *plan,
                                      const sdpa_ref_problem *p,
                                      const sdpa_ref_layout *l,
                                      sdpa_gpu_outcome *out) {
+  return sdpa_gpu_execute_problem_on(gpu, plan, p, l, gpu->stream, 0, out);
+}
+
+sdpa_status sdpa_gpu_execute_problem_on(const sdpa_gpu *gpu, sdpa_bwd_plan *plan,
+                                        const sdpa_ref_problem *p,
+                                        const sdpa_ref_layout *l, CUstream stream,
+                                        int capture, sdpa_gpu_outcome *out) {
   sdpa_gpu_problem d;
   CUdeviceptr workspace = 0;
   size_t workspace_bytes = sdpa_bwd_workspace_size(plan);
@@ -326,13 +362,12 @@ sdpa_status sdpa_gpu_execute_problem(const sdpa_gpu *gpu, sdpa_bwd_plan *plan,
     fail(out, status, "workspace");
     goto done;
   }
-  status = sdpa_bwd_execute(plan, &d.tensors, (void *)(uintptr_t)workspace, workspace_bytes,
-                            gpu->stream);
+  status = execute_on(gpu, plan, &d.tensors, workspace, workspace_bytes, stream, capture);
   if (status != SDPA_STATUS_SUCCESS) {
     fail(out, status, "execute");
     goto done;
   }
-  status = sdpa_bwd_sync_check(plan, gpu->stream);
+  status = sdpa_bwd_sync_check(plan, stream);
   if (status != SDPA_STATUS_SUCCESS) {
     fail(out, status, "sync_check");
     goto done;

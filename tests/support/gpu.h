@@ -115,6 +115,14 @@ sdpa_status sdpa_gpu_execute_problem(const sdpa_gpu *gpu, sdpa_bwd_plan *plan,
                                      const sdpa_ref_layout *l,
                                      sdpa_gpu_outcome *out);
 
+/* sdpa_gpu_execute_problem on `stream`; with `capture`, the execute call is
+ * recorded by stream capture into a graph that is then launched (the
+ * library must launch kernels a capture records). */
+sdpa_status sdpa_gpu_execute_problem_on(const sdpa_gpu *gpu, sdpa_bwd_plan *plan,
+                                        const sdpa_ref_problem *p,
+                                        const sdpa_ref_layout *l, CUstream stream,
+                                        int capture, sdpa_gpu_outcome *out);
+
 /* The whole public chain for one problem: sdpa_bwd_plan_create ->
  * sdpa_bwd_compile -> sdpa_gpu_execute_problem -> sdpa_bwd_plan_destroy. */
 sdpa_status sdpa_gpu_run_problem(const sdpa_gpu *gpu, sdpa_runtime *runtime,
