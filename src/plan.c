@@ -20,8 +20,9 @@
  * Who writes dQ (a key field: "dq=main" or "dq=convert"): by default the
  * convert kernel, after the main kernel, at full memory bandwidth. With
  * SDPA_JIT_DQ_CONVERT=main the main kernel converts each query tile once
- * its last kv tile is done with it: one launch fewer (3-5 us less host time
- * a call) but slower on the GPU at every size measured on an H200, by 3
+ * its last kv tile is done with it: one kernel fewer (3-5 us less host
+ * time a call launched kernel by kernel; none through execute's graph:
+ * launch.h) but slower on the GPU at every size measured on an H200, by 3
  * to 31% on small problems and 3-4% on large ones (bench/NOTES.md): the
  * CTAs that finish a query tile convert it latency-bound at their ends.
  * It is a key field rather than a run-time flag because any hand-off code

@@ -16,8 +16,8 @@
  *                          dQacc += dS K                   (warps split MxD;
  *                                 fp32 vector reductions, fragment order)
  *                        epilogue dK *= scale, write dK, dV.
- *                        With SDPA_FOLD_DQ (small problems: one launch
- *                        less) main also writes dQ: every CTA counts itself into
+ *                        With SDPA_FOLD_DQ (one kernel fewer) main
+ *                        also writes dQ: every CTA counts itself into
  *                        the counter of each query tile it reduced into;
  *                        the one that completes the count (kv_visitors)
  *                        writes dQ = dtype(dQacc * scale) for the tile

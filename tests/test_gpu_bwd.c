@@ -556,7 +556,7 @@ static void matrix_with_env(const char *name, const char *value, int every,
 }
 
 /* Every other case again with the main kernel writing dQ
- * (SDPA_JIT_DQ_CONVERT=main: one launch fewer). */
+ * (SDPA_JIT_DQ_CONVERT=main: one kernel fewer). */
 START_TEST(matrix_main_kernel) {
   matrix_with_env("SDPA_JIT_DQ_CONVERT", "main", 2, "matrix, dQ by the main kernel");
 }

@@ -78,7 +78,7 @@ static void print_help(void) {
       "                         (default 1; with no grid option at all, the\n"
       "                         default grid also covers BSHD even 0)\n"
       "  --dq LIST              %s: who writes dQ, the main kernel\n"
-      "                         (with SDPA_JIT_DQ_CONVERT=main: one launch\n"
+      "                         (with SDPA_JIT_DQ_CONVERT=main: one kernel\n"
       "                         fewer) or a convert kernel (default convert)\n"
       "  --tiles LIST           %s: the table's tiles, or those of\n"
       "                         BSHD problems whose main kernel runs at\n"
