@@ -17,7 +17,9 @@
  *                      --child-warm) timing sdpa_runtime_create ->
  *                      sdpa_bwd_plan_create -> sdpa_bwd_compile from the
  *                      SQLite cache the cold row filled; its CUDA context
- *                      is created before the clock starts
+ *                      is created before the clock starts; also split into
+ *                      runtime create (opening the database) and plan +
+ *                      compile (the row read and the module load)
  *   plan create        sdpa_bwd_plan_create, in process (median of 1000)
  *   repeat compile     sdpa_bwd_compile of a compiled plan (median of 10000)
  *   execute (host)     host time of one sdpa_bwd_execute call on a small
@@ -138,6 +140,7 @@ static int child_warm(char **argv) {
   sdpa_source source = SDPA_SOURCE_NONE;
   double t0 = now_us();
   sdpa_status st = make_runtime(cache_path, arch, &runtime);
+  double t_runtime = now_us();
   if (!st) st = sdpa_bwd_plan_create(&plan, runtime, &desc);
   if (!st) st = sdpa_bwd_compile(plan, &source);
   double t1 = now_us();
@@ -145,15 +148,16 @@ static int child_warm(char **argv) {
     fprintf(stderr, "child: %s: %s\n", sdpa_status_name(st), sdpa_last_error());
     return 1;
   }
-  printf("%.3f %d\n", t1 - t0, (int)source);
+  printf("%.3f %d %.3f\n", t1 - t0, (int)source, t_runtime - t0);
   sdpa_bwd_plan_destroy(plan);
   sdpa_runtime_destroy(runtime);
   return 0;
 }
 
-/* Runs this program with --child-warm; returns its microseconds, < 0 on
- * failure. */
-static double spawn_warm(const char *cache_path, int index, int arch, int quick, int *source) {
+/* Runs this program with --child-warm; returns its microseconds (runtime
+ * create + plan + compile; *runtime_us: the first alone), < 0 on failure. */
+static double spawn_warm(const char *cache_path, int index, int arch, int quick, int *source,
+                         double *runtime_us) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   pid_t pid = fork();
@@ -186,7 +190,7 @@ static double spawn_warm(const char *cache_path, int index, int arch, int quick,
   int status = 0;
   waitpid(pid, &status, 0);
   double us = -1;
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || sscanf(text, "%lf %d", &us, source) != 2)
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || sscanf(text, "%lf %d %lf", &us, source, runtime_us) != 3)
     return -1;
   return us;
 }
@@ -338,6 +342,7 @@ int main(int argc, char **argv) {
   }
 
   double warm[MAX_KEYS * 16], warm_by_layout[2][MAX_KEYS * 16];
+  double warm_runtime[MAX_KEYS * 16], warm_plan_compile[MAX_KEYS * 16];
   int warm_count = 0, layout_count[2] = {0, 0};
   int warm_not_disk = 0;
   if (repeats > 16) repeats = 16;
@@ -345,13 +350,16 @@ int main(int argc, char **argv) {
     if (!paths[i][0]) continue;
     for (int r = 0; r < repeats; r++) {
       int source = 0;
-      double us = spawn_warm(paths[i], i, arch, quick, &source);
+      double runtime_us = 0;
+      double us = spawn_warm(paths[i], i, arch, quick, &source, &runtime_us);
       if (us < 0) {
         printf("  warm child for key %d failed\n", i);
         failures++;
         continue;
       }
       if (source != SDPA_SOURCE_DISK) warm_not_disk++;
+      warm_runtime[warm_count] = runtime_us;
+      warm_plan_compile[warm_count] = us - runtime_us;
       warm[warm_count++] = us;
       const int thd = keys[i].layout == SDPA_LAYOUT_THD;
       warm_by_layout[thd][layout_count[thd]++] = us;
@@ -422,6 +430,12 @@ int main(int argc, char **argv) {
     if (layout_count[thd])
       printf("  %-32s %11.2f ms  %d processes\n", thd ? "THD keys" : "BSHD keys",
              median(warm_by_layout[thd], layout_count[thd]) / 1e3, layout_count[thd]);
+  if (warm_count) {
+    printf("  %-32s %11.2f ms  %d processes\n", "of which runtime create",
+           median(warm_runtime, warm_count) / 1e3, warm_count);
+    printf("  %-32s %11.2f ms  %d processes\n", "of which plan + compile",
+           median(warm_plan_compile, warm_count) / 1e3, warm_count);
+  }
   if (plan_us >= 0) printf("%-34s %11.2f us  1000 calls\n", "plan create", plan_us);
   if (repeat_us >= 0) printf("%-34s %11.3f us  10000 calls\n", "repeat compile (in memory)", repeat_us);
   static const char *const execute_rows[2][2] = {
@@ -444,6 +458,11 @@ int main(int argc, char **argv) {
   if (csv) {
     if (cold_count) fprintf(csv, "cold_compile_median,,%.3f,ms\n", median(cold_ms, cold_count));
     if (warm_count) fprintf(csv, "warm_process_median,,%.3f,ms\n", median(warm, warm_count) / 1e3);
+    if (warm_count) {
+      fprintf(csv, "warm_runtime_create_median,,%.3f,ms\n", median(warm_runtime, warm_count) / 1e3);
+      fprintf(csv, "warm_plan_compile_median,,%.3f,ms\n",
+              median(warm_plan_compile, warm_count) / 1e3);
+    }
     if (plan_us >= 0) fprintf(csv, "plan_create_median,,%.3f,us\n", plan_us);
     if (repeat_us >= 0) fprintf(csv, "repeat_compile_median,,%.4f,us\n", repeat_us);
     static const char *const execute_csv[2][2] = {
