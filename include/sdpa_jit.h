@@ -319,13 +319,13 @@ typedef struct sdpa_bwd_tensors {
 /* Launches preprocess → main (→ dQ convert) on `stream` (a CUstream, or NULL)
  * in the current context. Binds pointers, strides and token totals; never
  * compiles (returns SDPA_STATUS_NOT_COMPILED when the plan's module is not
- * loaded in this context: call sdpa_bwd_compile first). The kernels go as
- * one CUDA graph launch: the plan makes a graph on its first execute on a
- * stream (up to four streams; it holds them until destroyed) and updates
- * it in place on later calls. Kernel by kernel instead while the stream is
- * being captured (the capture records the kernels), on further streams,
- * while another thread is launching the same plan, or with
- * SDPA_JIT_GRAPHS=0. `workspace` is
+ * loaded in this context: call sdpa_bwd_compile first). From its second
+ * call on a stream the plan launches the kernels as one CUDA graph, made
+ * then (up to four streams; held until the plan is destroyed) and updated
+ * in place on later calls. Kernel by kernel instead on a stream's first
+ * call, while the stream is being captured (the capture records the
+ * kernels), on further streams, while another thread is launching the
+ * same plan, or with SDPA_JIT_GRAPHS=0. `workspace` is
  * device memory of at least sdpa_bwd_workspace_size() bytes, 256-byte
  * aligned; its contents need not be initialized. Returns
  * SDPA_STATUS_DEVICE_ERROR when an earlier launch of this plan in this

@@ -25,11 +25,14 @@ sdpa_status sdpa_launch_graphs_init(sdpa_launch_graphs *g) {
   return SDPA_STATUS_SUCCESS;
 }
 
-/* Frees one graph's driver objects (the caller made its context current). */
+/* Frees one graph's driver objects (in the current context, its own),
+ * leaving the slot's stream and context. */
 static void free_graph(const sdpa_driver *drv, sdpa_launch_graph *lg) {
   if (lg->exec) drv->cuGraphExecDestroy(lg->exec);
   if (lg->graph) drv->cuGraphDestroy(lg->graph);
-  memset(lg, 0, sizeof *lg);
+  lg->exec = NULL;
+  lg->graph = NULL;
+  lg->count = 0;
 }
 
 void sdpa_launch_graphs_destroy(sdpa_launch_graphs *g) {
@@ -38,6 +41,7 @@ void sdpa_launch_graphs_destroy(sdpa_launch_graphs *g) {
     CUcontext saved = NULL;
     drv->cuCtxGetCurrent(&saved);
     for (int i = 0; i < g->used; ++i) {
+      if (!g->graphs[i].graph) continue;
       drv->cuCtxSetCurrent(g->graphs[i].ctx);
       free_graph(drv, &g->graphs[i]);
     }
@@ -61,12 +65,10 @@ static void node_params(const sdpa_launch *l, void **args,
   out->kernelParams = args;
 }
 
-/* Makes a graph of `count` chained kernel nodes in the current context;
- * 0 on success (lg filled), -1 on any driver failure (nothing kept). */
-static int make_graph(const sdpa_driver *drv, CUcontext ctx, CUstream stream,
-                      const sdpa_launch *launches, int count,
+/* Makes lg's graph of `count` chained kernel nodes in the current
+ * context; 0 on success, -1 on any driver failure (nothing kept). */
+static int make_graph(const sdpa_driver *drv, const sdpa_launch *launches, int count,
                       const sdpa_kernel_params *p, sdpa_launch_graph *lg) {
-  memset(lg, 0, sizeof *lg);
   sdpa_kernel_params copy = *p;
   void *args[] = {&copy};
   if (drv->cuGraphCreate(&lg->graph, 0) != CUDA_SUCCESS) {
@@ -85,8 +87,6 @@ static int make_graph(const sdpa_driver *drv, CUcontext ctx, CUstream stream,
     lg->exec = NULL;
     goto fail;
   }
-  lg->ctx = ctx;
-  lg->stream = stream;
   lg->count = count;
   memcpy(lg->launches, launches, (size_t)count * sizeof *launches);
   lg->params = *p;
@@ -123,25 +123,25 @@ static int update_graph(const sdpa_driver *drv, sdpa_launch_graph *lg,
   return 0;
 }
 
-/* The graph for (ctx, stream), made if there is room; NULL: launch
- * directly. Lock held. */
-static sdpa_launch_graph *graph_for(sdpa_launch_graphs *g, const sdpa_driver *drv,
-                                    CUcontext ctx, CUstream stream,
-                                    const sdpa_launch *launches, int count,
-                                    const sdpa_kernel_params *p, int *fresh) {
-  *fresh = 0;
+/* The slot of (ctx, stream), or a new one while there is room; NULL
+ * when the plan has SDPA_LAUNCH_GRAPHS others. Lock held. */
+static sdpa_launch_graph *slot_for(sdpa_launch_graphs *g, CUcontext ctx, CUstream stream) {
   for (int i = 0; i < g->used; ++i)
-    if (g->graphs[i].ctx == ctx && g->graphs[i].stream == stream)
-      return &g->graphs[i];
+    if (g->graphs[i].ctx == ctx && g->graphs[i].stream == stream) return &g->graphs[i];
   if (g->used == SDPA_LAUNCH_GRAPHS) return NULL;
-  sdpa_launch_graph *lg = &g->graphs[g->used];
-  if (make_graph(drv, ctx, stream, launches, count, p, lg) != 0) {
-    g->failed = 1;
-    return NULL;
-  }
-  g->used++;
-  *fresh = 1;
+  sdpa_launch_graph *lg = &g->graphs[g->used++];
+  memset(lg, 0, sizeof *lg);
+  lg->ctx = ctx;
+  lg->stream = stream;
   return lg;
+}
+
+int sdpa_launch_graphs_made(sdpa_launch_graphs *g) {
+  int made = 0;
+  pthread_mutex_lock(&g->lock);
+  for (int i = 0; i < g->used; ++i) made += g->graphs[i].exec != NULL;
+  pthread_mutex_unlock(&g->lock);
+  return made;
 }
 
 /* Launches through the graph; 1 when done (or failed: *status set), 0
@@ -156,18 +156,24 @@ static int try_graph(sdpa_launch_graphs *g, const sdpa_driver *drv,
     return 0; /* captured launches become the caller's graph's nodes */
   if (pthread_mutex_trylock(&g->lock) != 0) return 0;
   int done = 0, fresh = 0;
-  sdpa_launch_graph *lg =
-      g->failed ? NULL : graph_for(g, drv, ctx, stream, launches, count, p, &fresh);
+  sdpa_launch_graph *lg = g->failed ? NULL : slot_for(g, ctx, stream);
+  if (lg && !lg->exec) {
+    if (!lg->seen) { /* a stream's first call goes kernel by kernel */
+      lg->seen = 1;
+      lg = NULL;
+    } else if (make_graph(drv, launches, count, p, lg) != 0) {
+      g->failed = 1;
+      lg = NULL;
+    } else {
+      fresh = 1;
+    }
+  }
   if (lg && !fresh && update_graph(drv, lg, launches, count, p) != 0) {
     /* Not this graph's shape (a THD call with no query rows drops a
      * kernel: the graph stays for the next call) or other kernels, or the
      * driver refused the update (the graph is dropped and remade on the
-     * next call): this call goes kernel by kernel. */
-    if (count == lg->count) {
-      free_graph(drv, lg);
-      *lg = g->graphs[--g->used];
-      memset(&g->graphs[g->used], 0, sizeof g->graphs[g->used]);
-    }
+     * stream's next call): this call goes kernel by kernel. */
+    if (count == lg->count) free_graph(drv, lg);
     lg = NULL;
   }
   if (lg) {

@@ -3,10 +3,11 @@
  * that order) put on the caller's stream: as one CUDA graph launch when
  * the plan has a graph for the (context, stream), else kernel by kernel.
  *
- * A graph launch costs the host about a third of three kernel launches
+ * A graph launch costs the host a fraction of three kernel launches
  * (bench/NOTES.md), so each plan keeps up to SDPA_LAUNCH_GRAPHS executable
- * graphs, one per (context, stream) it was executed on, made on the first
- * execute there and given the call's parameters before each launch. One
+ * graphs, one per (context, stream) it was executed on, made on the second
+ * execute there (a plan executed once never pays for a graph) and given
+ * the call's parameters before each launch. One
  * graph per stream keeps launches on different streams as independent as
  * the kernels' own launches would be (a graph's launches are ordered
  * behind each other). Execute falls back to launching each kernel itself,
@@ -32,11 +33,13 @@ typedef struct sdpa_launch {
   unsigned grid_x, grid_y, block_x, smem_bytes;
 } sdpa_launch;
 
-/* A graph made for one (context, stream): its nodes run `launches` in
- * order; `params` is what they were last given. */
+/* One (context, stream) the plan was executed on, and its graph once made
+ * (exec != NULL): its nodes run `launches` in order; `params` is what they
+ * were last given. */
 typedef struct sdpa_launch_graph {
   CUcontext ctx;
   CUstream stream;
+  int seen; /* executed here before: the next call makes the graph */
   CUgraph graph;
   CUgraphExec exec;
   CUgraphNode nodes[3];
@@ -50,7 +53,7 @@ typedef struct sdpa_launch_graphs {
   pthread_mutex_t lock; /* held by one execute at a time (try-locked) */
   int enabled;          /* SDPA_JIT_GRAPHS, read at plan creation     */
   int failed;           /* a graph could not be made: launch directly */
-  int used;             /* graphs[0..used) are made                   */
+  int used;             /* graphs[0..used) are in use                 */
   sdpa_launch_graph graphs[SDPA_LAUNCH_GRAPHS];
 } sdpa_launch_graphs;
 
@@ -62,6 +65,9 @@ sdpa_status sdpa_launch_graphs_init(sdpa_launch_graphs *g);
 /* Destroys `g`'s graphs, each in its own context (driver errors ignored:
  * the context may be gone), restoring the caller's current context. */
 void sdpa_launch_graphs_destroy(sdpa_launch_graphs *g);
+
+/* How many of `g`'s slots hold a graph (tests). */
+int sdpa_launch_graphs_made(sdpa_launch_graphs *g);
 
 /* Puts `count` (1-3) launches with parameter block *p on `stream` in the
  * current context `ctx`: through the plan's graph for (ctx, stream) when
