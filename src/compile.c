@@ -225,9 +225,10 @@ static int image_rejected(CUresult rc) {
  * itself.
  *
  * The error word lives in a page of ours that the driver registers and
- * maps (portable, so any context may launch with it): a process's first
- * cuMemHostAlloc sets up the driver's pinned pool, ~0.8-1.7 ms on an
- * H200 host, where registering one page costs ~0.13 ms. */
+ * maps into this context, the only one that launches this module: a
+ * process's first cuMemHostAlloc sets up the driver's pinned pool, ~0.7-1.7
+ * ms on an H200 host, where registering one page costs 80-220 us (445-575
+ * us when registered as portable, mapped into every context). */
 static sdpa_status load_module(const sdpa_driver *drv, CUcontext ctx,
                                const void *cubin, int smem_bytes,
                                int error_word, sdpa_module_entry **out,
@@ -284,8 +285,7 @@ static sdpa_status load_module(const sdpa_driver *drv, CUcontext ctx,
     memset(host, 0, (size_t)page);
     SDPA_CU_CHECK(drv,
                   drv->cuMemHostRegister(host, (size_t)page,
-                                         CU_MEMHOSTREGISTER_DEVICEMAP |
-                                             CU_MEMHOSTREGISTER_PORTABLE),
+                                         CU_MEMHOSTREGISTER_DEVICEMAP),
                   "cuMemHostRegister (the device error word)");
     registered = 1;
     SDPA_CU_CHECK(drv,
