@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "plan.h"
 #include "status.h"
 
@@ -73,15 +74,14 @@ static const tile_choice small_grid_candidates[] = {
  * it to run small problems with the table's tiles); 1 or unset: on. */
 static sdpa_status small_grid(const sdpa_bwd_desc *d, const sdpa_kernel_config *c,
                               int *out) {
-  const char *env = getenv("SDPA_JIT_SMALL_GRID");
+  static const char *const values[2] = {"1", "0"};
+  static const char *const meanings[2] = {"64-row kv tiles for small grids",
+                                          "the table's tiles for every grid"};
+  int off = 0;
+  sdpa_status st = sdpa_env_choice("SDPA_JIT_SMALL_GRID", values, meanings, &off);
   *out = 0;
-  if (env && *env && strcmp(env, "0") != 0 && strcmp(env, "1") != 0)
-    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
-                          "SDPA_JIT_SMALL_GRID = \"%s\" is not valid: expected "
-                          "\"0\" (the table's tiles for every grid) or \"1\" "
-                          "(64-row kv tiles for small grids, the default)",
-                          env);
-  if ((env && !strcmp(env, "0")) || d->layout != SDPA_LAYOUT_BSHD ||
+  if (st) return st;
+  if (off || d->layout != SDPA_LAYOUT_BSHD ||
       d->deterministic || c->kv_tile != 128)
     return SDPA_STATUS_SUCCESS;
   const int causal = d->mask == SDPA_MASK_CAUSAL_TOP_LEFT ||

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "instantiate.h"
 #include "key.h"
 #include "nvrtc.h"
@@ -392,15 +393,10 @@ int64_t sdpa_dq_blocks(const sdpa_bwd_desc *d, int64_t rows_q) {
 /* Whether the main kernel writes dQ itself (the key field fold_dq): only
  * with SDPA_JIT_DQ_CONVERT=main (see the file comment). */
 static sdpa_status choose_dq_writer(sdpa_bwd_plan *plan) {
-  const char *env = getenv("SDPA_JIT_DQ_CONVERT");
-  if (env && *env && strcmp(env, "main") != 0 && strcmp(env, "convert") != 0)
-    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
-                          "SDPA_JIT_DQ_CONVERT = \"%s\" is not valid: expected "
-                          "\"main\" (the main kernel writes dQ), \"convert\" "
-                          "or unset (a convert kernel does)",
-                          env);
-  plan->fields.fold_dq = env && !strcmp(env, "main");
-  return SDPA_STATUS_SUCCESS;
+  static const char *const values[2] = {"convert", "main"};
+  static const char *const meanings[2] = {"a convert kernel writes dQ",
+                                          "the main kernel writes dQ"};
+  return sdpa_env_choice("SDPA_JIT_DQ_CONVERT", values, meanings, &plan->fields.fold_dq);
 }
 
 /* Blocks a group of the masked launch order aims at (sdpa_bwd.cuh,

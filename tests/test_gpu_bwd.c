@@ -884,6 +884,16 @@ START_TEST(thd_one_key_many_totals) {
 }
 END_TEST
 
+/* A plan for `desc`, compiled (asserts both steps). */
+static sdpa_bwd_plan *planned_and_compiled(const sdpa_bwd_desc *desc) {
+  sdpa_bwd_plan *plan = NULL;
+  sdpa_status st = sdpa_bwd_plan_create(&plan, runtime, desc);
+  ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan: %s", sdpa_last_error());
+  st = sdpa_bwd_compile(plan, NULL);
+  ck_assert_msg(st == SDPA_STATUS_SUCCESS, "compile: %s", sdpa_last_error());
+  return plan;
+}
+
 /* One plan (max_s 256, room for 1024 tokens, 4 sequences) runs many
  * different cu_seqlens and totals. */
 START_TEST(thd_one_plan_many_offsets) {
@@ -910,12 +920,7 @@ START_TEST(thd_one_plan_many_offsets) {
     case_prepare(&c);
     ck_assert(c.ready);
     c.desc.max_total_q = c.desc.max_total_kv = 1024;
-    if (!plan) {
-      sdpa_status st = sdpa_bwd_plan_create(&plan, runtime, &c.desc);
-      ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan: %s", sdpa_last_error());
-      st = sdpa_bwd_compile(plan, NULL);
-      ck_assert_msg(st == SDPA_STATUS_SUCCESS, "compile: %s", sdpa_last_error());
-    }
+    if (!plan) plan = planned_and_compiled(&c.desc);
     sdpa_gpu_outcome o;
     sdpa_gpu_execute_problem(&gpu, plan, &c.p, &c.l, &o);
     failures += !check_outcome(&c, &o, "");
@@ -969,12 +974,7 @@ static int launch_paths_case(const case_spec *spec, uint64_t seed0) {
       case_init(&c, spec, SDPA_DTYPE_BF16, seed0 + (uint64_t)i + (graphs ? 0 : 100), label);
       case_prepare(&c);
       ck_assert(c.ready);
-      if (!plan) {
-        sdpa_status st = sdpa_bwd_plan_create(&plan, runtime, &c.desc);
-        ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan: %s", sdpa_last_error());
-        st = sdpa_bwd_compile(plan, NULL);
-        ck_assert_msg(st == SDPA_STATUS_SUCCESS, "compile: %s", sdpa_last_error());
-      }
+      if (!plan) plan = planned_and_compiled(&c.desc);
       sdpa_gpu_outcome o;
       const CUstream stream = graphs ? runs[i].stream : gpu.stream;
       sdpa_gpu_execute_problem_on(&gpu, plan, &c.p, &c.l, stream, graphs && runs[i].capture, &o);
