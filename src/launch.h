@@ -7,14 +7,15 @@
  * (bench/NOTES.md), so each plan keeps up to SDPA_LAUNCH_GRAPHS executable
  * graphs, one per (context, stream) it was executed on, made on the second
  * execute there (a plan executed once never pays for a graph) and given
- * the call's parameters before each launch. One
- * graph per stream keeps launches on different streams as independent as
- * the kernels' own launches would be (a graph's launches are ordered
- * behind each other). Execute falls back to launching each kernel itself,
- * with the same result, while the stream is being captured into a graph,
- * when another thread holds the plan's graphs, when the plan has graphs on
- * SDPA_LAUNCH_GRAPHS other streams, when the driver lacks graphs, after a
- * graph could not be made, or with SDPA_JIT_GRAPHS=0.
+ * the call's parameters before each launch. One graph per stream keeps
+ * launches on different streams as independent as the kernels' own
+ * launches would be (a graph's launches are ordered behind each other).
+ * Execute launches each kernel itself, with the same result, on a
+ * stream's first call, while the stream is being captured into a graph
+ * (the capture records the kernels), when another thread holds the plan's
+ * graphs, when the plan has seen SDPA_LAUNCH_GRAPHS other streams, when
+ * the driver lacks graphs, after a graph could not be made, or with
+ * SDPA_JIT_GRAPHS=0.
  */
 #ifndef SDPA_LAUNCH_H
 #define SDPA_LAUNCH_H
