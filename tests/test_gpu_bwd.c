@@ -1006,6 +1006,69 @@ START_TEST(launch_paths) {
 }
 END_TEST
 
+/* Threads executing one plan at once, each on a stream of its own with
+ * data of its own, several calls each (more threads than a plan has
+ * graphs; a thread that finds the plan's graphs held by another launches
+ * kernel by kernel): every call's result checked. */
+enum { EXEC_THREADS = 6, EXEC_THREAD_CALLS = 5 };
+
+typedef struct execute_job {
+  test_case *c;
+  sdpa_bwd_plan *plan;
+  int failures;
+} execute_job;
+
+static void *execute_worker(void *arg) {
+  execute_job *job = arg;
+  const sdpa_driver *drv = gpu.drv;
+  CUstream stream = NULL;
+  if (drv->cuCtxSetCurrent(gpu.ctx) != CUDA_SUCCESS ||
+      drv->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+    printf("FAIL [threads] %s: no stream\n", job->c->label);
+    job->failures = EXEC_THREAD_CALLS;
+    return NULL;
+  }
+  for (int i = 0; i < EXEC_THREAD_CALLS; i++) {
+    sdpa_gpu_outcome o;
+    sdpa_gpu_execute_problem_on(&gpu, job->plan, &job->c->p, &job->c->l, stream, 0, &o);
+    job->failures += !check_outcome_as(job->c, &o, "[threads] ", 0);
+    sdpa_gpu_outcome_free(&o);
+  }
+  drv->cuStreamDestroy(stream);
+  return NULL;
+}
+
+START_TEST(execute_from_threads) {
+  static const case_spec spec =
+      BSHD_CASE("threads", 2, 4, 2, 160, 160, 64, 0, BR, 0, 0, 0, PACKED, LP, 0);
+  test_case cases[EXEC_THREADS];
+  execute_job jobs[EXEC_THREADS];
+  pthread_t threads[EXEC_THREADS];
+  for (int i = 0; i < EXEC_THREADS; i++) {
+    char label[32];
+    snprintf(label, sizeof label, "threads #%d", i);
+    case_init(&cases[i], &spec, SDPA_DTYPE_BF16, 0x7e4d0000u + (uint64_t)i, label);
+    case_prepare(&cases[i]);
+    ck_assert(cases[i].ready);
+  }
+  sdpa_bwd_plan *plan = planned_and_compiled(&cases[0].desc);
+  for (int i = 0; i < EXEC_THREADS; i++) {
+    jobs[i] = (execute_job){&cases[i], plan, 0};
+    ck_assert_int_eq(pthread_create(&threads[i], NULL, execute_worker, &jobs[i]), 0);
+  }
+  int failures = 0;
+  for (int i = 0; i < EXEC_THREADS; i++) {
+    pthread_join(threads[i], NULL);
+    failures += jobs[i].failures;
+  }
+  printf("execute from %d threads: %d graphs made, %d of %d calls failed\n", EXEC_THREADS,
+         sdpa_launch_graphs_made(&plan->graphs), failures, EXEC_THREADS * EXEC_THREAD_CALLS);
+  sdpa_bwd_plan_destroy(plan);
+  for (int i = 0; i < EXEC_THREADS; i++) case_free(&cases[i]);
+  ck_assert_msg(failures == 0, "%d calls failed (see above)", failures);
+}
+END_TEST
+
 /* A THD sequence longer than the plan's max_s hint: the launch reports
  * SDPA_STATUS_DEVICE_ERROR (from execute or sync_check), and the next good
  * call on the same plan works. */
@@ -1210,6 +1273,7 @@ static Suite *gpu_suite(void) {
   tcase_add_test(api, thd_one_key_many_totals);
   tcase_add_test(api, thd_one_plan_many_offsets);
   tcase_add_test(api, launch_paths);
+  tcase_add_test(api, execute_from_threads);
   suite_add_tcase(s, api);
   TCase *numerics = tcase_create("numerics");
   tcase_add_test(numerics, matrix);
