@@ -26,7 +26,9 @@
  *                     causal and not
  *   --shape B,H,S     instead, BSHD problems of B sequences of length S
  *                     and H heads, hd 64 and 128 (or --hd's, any the
- *                     library supports), causal and not
+ *                     library supports), causal and not; with --thd,
+ *                     THD problems of B (at most 16) sequences of S,
+ *                     7S/8, 3S/4, 5S/8, S, ... tokens (max_s S)
  *   --runs N          timed runs per case (default 30, at least 20)
  *   --csv FILE        also write the rows as CSV
  * Exit: 0 when every case validated, 1 when one did not, 77 without a GPU.
@@ -58,7 +60,8 @@ typedef struct bench_case {
   sdpa_layout layout;
   int batch, heads_q, heads_kv, seqlen, head_dim;
   int causal;
-  int lens[MAX_SEQS]; /* THD */
+  int lens[MAX_SEQS]; /* THD: batch sequence lengths, */
+  int64_t total;      /* their sum                     */
   /* results */
   sdpa_bwd_desc desc;
   sdpa_bwd_plan *plan;
@@ -119,7 +122,7 @@ static void case_desc(const bench_case *c, sdpa_bwd_desc *d) {
   d->seqlen_q = d->seqlen_kv = c->seqlen;
   d->head_dim = d->head_dim_v = c->head_dim;
   d->mask = case_mask(c);
-  if (c->layout == SDPA_LAYOUT_THD) d->max_total_q = d->max_total_kv = TOKENS;
+  if (c->layout == SDPA_LAYOUT_THD) d->max_total_q = d->max_total_kv = c->total;
 }
 
 /* ------------------------------------------------------------ validate */
@@ -275,7 +278,7 @@ static sdpa_status upload_random(CUdeviceptr dst, size_t elements, size_t salt,
  * not matter for timing; keeping P near a distribution keeps the
  * arithmetic in range. LSE is packed [b, h, s] / [h, t]. */
 static sdpa_status upload_lse(const bench_case *c, CUdeviceptr dst) {
-  int64_t rows = c->layout == SDPA_LAYOUT_THD ? TOKENS : (int64_t)c->batch * c->seqlen;
+  int64_t rows = c->layout == SDPA_LAYOUT_THD ? c->total : (int64_t)c->batch * c->seqlen;
   size_t n = (size_t)rows * c->heads_q;
   float *host = malloc(n * sizeof *host);
   if (!host) return SDPA_STATUS_OUT_OF_MEMORY;
@@ -310,7 +313,7 @@ static void set_free(tensor_set *s) {
 }
 
 static sdpa_status set_make(const bench_case *c, tensor_set *s, const CUdeviceptr cu[2], int index) {
-  int64_t rows = c->layout == SDPA_LAYOUT_THD ? TOKENS : (int64_t)c->batch * c->seqlen;
+  int64_t rows = c->layout == SDPA_LAYOUT_THD ? c->total : (int64_t)c->batch * c->seqlen;
   size_t nq = (size_t)rows * c->heads_q * c->head_dim;
   size_t nk = (size_t)rows * c->heads_kv * c->head_dim;
   sdpa_status st;
@@ -342,7 +345,7 @@ static sdpa_status set_make(const bench_case *c, tensor_set *s, const CUdevicept
   t->dv = (void *)(uintptr_t)s->dv;
   if (c->layout == SDPA_LAYOUT_THD) {
     t->cu_seqlens_q = t->cu_seqlens_kv = (const int32_t *)(uintptr_t)cu[0];
-    t->total_q = t->total_kv = TOKENS;
+    t->total_q = t->total_kv = c->total;
   }
 done:
   if (st) set_free(s);
@@ -477,8 +480,11 @@ static void compile_all(bench_case *cases, int count) {
 
 /* ----------------------------------------------------------------- grid */
 
+/* Adds a case; THD takes `lens` (`batch` of them; NULL: the mixed
+ * lengths of the standard grid) and ignores `seqlen` (their longest). */
 static int add_case(bench_case *cases, int count, sdpa_dtype dtype, sdpa_layout layout,
-                    int batch, int hq, int hkv, int seqlen, int hd, int causal, const char *tag) {
+                    int batch, int hq, int hkv, int seqlen, int hd, int causal, const char *tag,
+                    const int *lens) {
   if (count >= MAX_CASES) return count;
   bench_case *c = &cases[count];
   memset(c, 0, sizeof *c);
@@ -491,11 +497,17 @@ static int add_case(bench_case *cases, int count, sdpa_dtype dtype, sdpa_layout 
   c->head_dim = hd;
   c->causal = causal;
   if (layout == SDPA_LAYOUT_THD) {
-    c->batch = THD_SEQS;
-    memcpy(c->lens, thd_lens, sizeof thd_lens);
+    if (!lens) {
+      lens = thd_lens;
+      batch = THD_SEQS;
+    }
+    c->batch = batch;
+    memcpy(c->lens, lens, (size_t)batch * sizeof *lens);
     c->seqlen = 0;
-    for (int b = 0; b < THD_SEQS; b++)
-      if (thd_lens[b] > c->seqlen) c->seqlen = thd_lens[b];
+    for (int b = 0; b < batch; b++) {
+      if (lens[b] > c->seqlen) c->seqlen = lens[b];
+      c->total += lens[b];
+    }
   }
   snprintf(c->name, sizeof c->name, "%s %s hd%d %s%s", sdpa_ref_dtype_name(dtype), tag, hd,
            causal ? "causal" : "full", "");
@@ -503,18 +515,19 @@ static int add_case(bench_case *cases, int count, sdpa_dtype dtype, sdpa_layout 
 }
 
 static void usage(void) {
-  printf("usage: bench_bwd [--quick | --small | --shape B,H,S] [--dtype bf16|fp16]\n"
+  printf("usage: bench_bwd [--quick | --small | --shape B,H,S [--thd]] [--dtype bf16|fp16]\n"
          "                 [--hd 64|128] [--seq S] [--causal 0|1] [--runs N] [--csv FILE]\n");
 }
 
 int main(int argc, char **argv) {
-  int quick = 0, small = 0, runs = 30, only_hd = 0, only_seq = 0, only_causal = -1;
+  int quick = 0, small = 0, thd = 0, runs = 30, only_hd = 0, only_seq = 0, only_causal = -1;
   int shape[3] = {0, 0, 0}; /* --shape B,H,S */
   sdpa_dtype only_dtype = 0;
   const char *csv_path = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--small")) small = 1;
+    else if (!strcmp(argv[i], "--thd")) thd = 1;
     else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
       if (sscanf(argv[++i], "%d,%d,%d", &shape[0], &shape[1], &shape[2]) != 3 || shape[0] < 1 ||
           shape[1] < 1 || shape[2] < 1) {
@@ -540,6 +553,10 @@ int main(int argc, char **argv) {
     }
   }
   if (runs < 20) runs = 20;
+  if (thd && (!shape[0] || shape[0] > MAX_SEQS)) { /* THD: --shape with at most 16 sequences */
+    usage();
+    return 2;
+  }
 
   static bench_case cases[MAX_CASES];
   int count = 0;
@@ -555,8 +572,17 @@ int main(int argc, char **argv) {
           if (only_causal >= 0 && causal != only_causal) continue;
           char tag[32];
           snprintf(tag, sizeof tag, "B%d H%d S%d", shape[0], shape[1], shape[2]);
-          count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, shape[0], shape[1], shape[1],
-                           shape[2], only_hd ? only_hd : dims[hi], causal, tag);
+          if (thd) { /* B sequences of S, 7S/8, 3S/4, 5S/8, S, ... tokens */
+            int lens[MAX_SEQS];
+            for (int b = 0; b < shape[0]; b++) lens[b] = shape[2] - (b % 4) * shape[2] / 8;
+            snprintf(tag, sizeof tag, "thd B%d H%d S%d", shape[0], shape[1], shape[2]);
+            count = add_case(cases, count, dtype, SDPA_LAYOUT_THD, shape[0], shape[1], shape[1],
+                             shape[2], only_hd ? only_hd : dims[hi], causal, tag, lens);
+          } else {
+            count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, shape[0], shape[1],
+                             shape[1], shape[2], only_hd ? only_hd : dims[hi], causal, tag,
+                             NULL);
+          }
         }
       continue;
     }
@@ -574,7 +600,8 @@ int main(int argc, char **argv) {
               continue;
             char tag[32];
             snprintf(tag, sizeof tag, "small S%d", s);
-            count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, 1, 16, 16, s, hd, causal, tag);
+            count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, 1, 16, 16, s, hd, causal, tag,
+                             NULL);
           }
       }
       continue;
@@ -590,16 +617,16 @@ int main(int argc, char **argv) {
           char tag[32];
           snprintf(tag, sizeof tag, "bshd S%dk", s / 1024);
           count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, TOKENS / s, HIDDEN / hd,
-                           HIDDEN / hd, s, hd, causal, tag);
+                           HIDDEN / hd, s, hd, causal, tag, NULL);
         }
     }
     if ((!only_hd || only_hd == 128) && !only_seq)
       for (int causal = 0; causal < 2; causal++) {
         if (only_causal >= 0 && causal != only_causal) continue;
         count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, TOKENS / 4096, 64, 8, 4096, 128,
-                         causal, "gqa64/8 S4k");
+                         causal, "gqa64/8 S4k", NULL);
         count = add_case(cases, count, dtype, SDPA_LAYOUT_THD, 0, HIDDEN / 128, HIDDEN / 128, 0,
-                         128, causal, "thd mixed");
+                         128, causal, "thd mixed", NULL);
       }
   }
 
