@@ -17,8 +17,9 @@
  * 64-row kv tiles double the blocks and halve the chain (bench_bwd
  * --small on an H200: +20 to +33%; bench/NOTES.md). The choice is a
  * function of the descriptor alone, so preheat can reach both keys (its
- * --tiles list). BSHD only (THD lengths arrive at execute) and not
- * deterministic (its ordered dQ hand-off grows with the kv tiles).
+ * --tiles list). BSHD only (for THD, whose lengths arrive at execute,
+ * they won 8-18% at 64 blocks but lost at 128 even causal: NOTES.md) and
+ * not deterministic (its ordered dQ hand-off grows with the kv tiles).
  */
 #include <stdio.h>
 #include <stdlib.h>
