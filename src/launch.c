@@ -35,9 +35,9 @@ static void free_graph(const sdpa_driver *drv, sdpa_launch_graph *lg) {
   lg->count = 0;
 }
 
-void sdpa_launch_graphs_destroy(sdpa_launch_graphs *g) {
-  const sdpa_driver *drv = NULL;
-  if (g->used > 0 && sdpa_driver_get(&drv) == SDPA_STATUS_SUCCESS) {
+void sdpa_launch_graphs_destroy(sdpa_launch_graphs *g, const sdpa_driver *drv) {
+  if (g->used > 0 && !drv && sdpa_driver_get(&drv) != SDPA_STATUS_SUCCESS) drv = NULL;
+  if (g->used > 0 && drv) {
     CUcontext saved = NULL;
     drv->cuCtxGetCurrent(&saved);
     for (int i = 0; i < g->used; ++i) {

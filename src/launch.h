@@ -63,9 +63,10 @@ typedef struct sdpa_launch_graphs {
  * the variable. */
 sdpa_status sdpa_launch_graphs_init(sdpa_launch_graphs *g);
 
-/* Destroys `g`'s graphs, each in its own context (driver errors ignored:
- * the context may be gone), restoring the caller's current context. */
-void sdpa_launch_graphs_destroy(sdpa_launch_graphs *g);
+/* Destroys `g`'s graphs through `drv` (NULL: the process's driver, when
+ * there are graphs), each in its own context (driver errors ignored: the
+ * context may be gone), restoring the caller's current context. */
+void sdpa_launch_graphs_destroy(sdpa_launch_graphs *g, const sdpa_driver *drv);
 
 /* How many of `g`'s slots hold a graph (tests). */
 int sdpa_launch_graphs_made(sdpa_launch_graphs *g);

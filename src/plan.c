@@ -606,7 +606,7 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   plan = NULL;
 
 done:
-  if (plan && plan->graphs_ready) sdpa_launch_graphs_destroy(&plan->graphs);
+  if (plan && plan->graphs_ready) sdpa_launch_graphs_destroy(&plan->graphs, NULL);
   free(plan);
   return status;
 }
@@ -615,7 +615,7 @@ done:
  * the runtime's table. */
 void sdpa_bwd_plan_destroy(sdpa_bwd_plan *plan) {
   if (!plan) return;
-  sdpa_launch_graphs_destroy(&plan->graphs);
+  sdpa_launch_graphs_destroy(&plan->graphs, NULL);
   pthread_mutex_destroy(&plan->lock);
   free(plan->compile_log);
   free(plan);
