@@ -140,6 +140,15 @@ static void setup(void) {
 static const CUcontext ctx_a = (CUcontext)0xc0;
 static const CUstream stream_a = (CUstream)0x5a, stream_b = (CUstream)0x5b;
 
+/* Kernel launches, graph launches and graphs created so far. */
+#define EXPECT_CALLS(launches_, graph_launches_, creates_)                         \
+  ck_assert_msg(fake.launches == (launches_) && fake.graph_launches == (graph_launches_) && \
+                    fake.creates == (creates_),                                       \
+                "kernel launches %d, graph launches %d, graphs created %d; "       \
+                "expected %d, %d, %d",                                              \
+                fake.launches, fake.graph_launches, fake.creates, (launches_),     \
+                (graph_launches_), (creates_))
+
 /* A call's three launches (preprocess, main, convert), `grid` the
  * preprocess grid; `count` of them. */
 static void make_launches(sdpa_launch *l, unsigned grid) {
@@ -165,6 +174,16 @@ static sdpa_launch_graphs *new_graphs(void) {
   return g;
 }
 
+/* Graphs after two calls on stream_a: one graph of 3 nodes made, 3
+ * kernel launches and 1 graph launch counted. */
+static sdpa_launch_graphs *graphs_with_one(void) {
+  sdpa_launch_graphs *g = new_graphs();
+  call(g, stream_a, 10, (void *)0x100, 3);
+  call(g, stream_a, 10, (void *)0x100, 3);
+  EXPECT_CALLS(3, 1, 1);
+  return g;
+}
+
 static void free_graphs(sdpa_launch_graphs *g) {
   sdpa_launch_graphs_destroy(g, &drv);
   free(g);
@@ -175,18 +194,15 @@ static void free_graphs(sdpa_launch_graphs *g) {
 START_TEST(first_call_direct_second_makes_graph) {
   sdpa_launch_graphs *g = new_graphs();
   ck_assert_int_eq(call(g, stream_a, 10, (void *)0x100, 3), SDPA_STATUS_SUCCESS);
-  ck_assert_int_eq(fake.launches, 3);
-  ck_assert_int_eq(fake.creates, 0);
+  EXPECT_CALLS(3, 0, 0);
   ck_assert_ptr_eq(fake.last_stream, stream_a);
   ck_assert_int_eq(sdpa_launch_graphs_made(g), 0);
 
   ck_assert_int_eq(call(g, stream_a, 10, (void *)0x200, 3), SDPA_STATUS_SUCCESS);
-  ck_assert_int_eq(fake.launches, 3); /* none more */
-  ck_assert_int_eq(fake.creates, 1);
+  EXPECT_CALLS(3, 1, 1); /* no kernel launch more */
   ck_assert_int_eq(fake.nodes, 3);
   ck_assert_int_eq(fake.instantiates, 1);
   ck_assert_int_eq(fake.set_params, 0); /* made with this call's values */
-  ck_assert_int_eq(fake.graph_launches, 1);
   ck_assert_ptr_eq(fake.last_stream, stream_a);
   ck_assert_int_eq(sdpa_launch_graphs_made(g), 1);
   free_graphs(g);
@@ -196,9 +212,7 @@ START_TEST(first_call_direct_second_makes_graph) {
 END_TEST
 
 START_TEST(updates_only_what_changed) {
-  sdpa_launch_graphs *g = new_graphs();
-  call(g, stream_a, 10, (void *)0x100, 3);
-  call(g, stream_a, 10, (void *)0x100, 3); /* makes the graph */
+  sdpa_launch_graphs *g = graphs_with_one(); /* stream_a's, 3 nodes */
   ck_assert_int_eq(call(g, stream_a, 10, (void *)0x100, 3), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(fake.set_params, 0); /* the same call again */
   ck_assert_int_eq(fake.graph_launches, 2);
@@ -207,9 +221,7 @@ START_TEST(updates_only_what_changed) {
   ck_assert_int_eq(call(g, stream_a, 11, (void *)0x300, 3), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(fake.set_params, 4); /* a grid: its node only */
   ck_assert_uint_eq(fake.last_grid_x, 11);
-  ck_assert_int_eq(fake.graph_launches, 4);
-  ck_assert_int_eq(fake.launches, 3);
-  ck_assert_int_eq(fake.creates, 1);
+  EXPECT_CALLS(3, 4, 1);
   free_graphs(g);
 }
 END_TEST
@@ -220,8 +232,7 @@ START_TEST(four_streams_at_most) {
     for (int i = 0; i < 2; ++i)
       ck_assert_int_eq(call(g, (CUstream)s, 10, (void *)0x100, 3), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(sdpa_launch_graphs_made(g), SDPA_LAUNCH_GRAPHS);
-  ck_assert_int_eq(fake.graph_launches, 4);
-  ck_assert_int_eq(fake.launches, 3 * (4 + 2)); /* four first calls, the fifth stream twice */
+  EXPECT_CALLS(3 * (4 + 2), 4, 4); /* four first calls, the fifth stream twice */
   ck_assert_ptr_eq(fake.last_stream, (CUstream)5);
   free_graphs(g);
   ck_assert_int_eq(fake.exec_destroys, 4);
@@ -231,14 +242,11 @@ START_TEST(four_streams_at_most) {
 END_TEST
 
 START_TEST(capture_goes_kernel_by_kernel) {
-  sdpa_launch_graphs *g = new_graphs();
-  call(g, stream_a, 10, (void *)0x100, 3);
-  call(g, stream_a, 10, (void *)0x100, 3); /* graph */
+  sdpa_launch_graphs *g = graphs_with_one(); /* stream_a's, 3 nodes */
   fake.capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
   ck_assert_int_eq(call(g, stream_a, 10, (void *)0x100, 3), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(call(g, stream_b, 10, (void *)0x100, 3), SDPA_STATUS_SUCCESS);
-  ck_assert_int_eq(fake.launches, 9);
-  ck_assert_int_eq(fake.graph_launches, 1);
+  EXPECT_CALLS(9, 1, 1);
   ck_assert_int_eq(g->used, 1); /* a captured stream takes no slot */
   fake.capture = CU_STREAM_CAPTURE_STATUS_NONE;
   call(g, stream_a, 10, (void *)0x100, 3);
@@ -248,15 +256,12 @@ START_TEST(capture_goes_kernel_by_kernel) {
 END_TEST
 
 START_TEST(other_kernel_count_keeps_the_graph) {
-  sdpa_launch_graphs *g = new_graphs();
-  call(g, stream_a, 10, (void *)0x100, 3);
-  call(g, stream_a, 10, (void *)0x100, 3); /* graph of 3 */
+  sdpa_launch_graphs *g = graphs_with_one(); /* stream_a's, 3 nodes */
   ck_assert_int_eq(call(g, stream_a, 10, (void *)0x100, 1), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(fake.launches, 4);
   ck_assert_int_eq(sdpa_launch_graphs_made(g), 1);
   call(g, stream_a, 10, (void *)0x100, 3);
-  ck_assert_int_eq(fake.graph_launches, 2);
-  ck_assert_int_eq(fake.creates, 1);
+  EXPECT_CALLS(4, 2, 1);
   free_graphs(g);
 }
 END_TEST
@@ -278,9 +283,7 @@ START_TEST(graph_not_made_turns_graphs_off) {
 END_TEST
 
 START_TEST(refused_update_remakes_graph) {
-  sdpa_launch_graphs *g = new_graphs();
-  call(g, stream_a, 10, (void *)0x100, 3);
-  call(g, stream_a, 10, (void *)0x100, 3); /* graph */
+  sdpa_launch_graphs *g = graphs_with_one(); /* stream_a's, 3 nodes */
   fake.set_params_result = CUDA_ERROR_INVALID_VALUE;
   ck_assert_int_eq(call(g, stream_a, 10, (void *)0x200, 3), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(fake.launches, 6); /* this call kernel by kernel */
@@ -288,8 +291,7 @@ START_TEST(refused_update_remakes_graph) {
   ck_assert_int_eq(fake.exec_destroys, 1);
   fake.set_params_result = CUDA_SUCCESS;
   ck_assert_int_eq(call(g, stream_a, 10, (void *)0x300, 3), SDPA_STATUS_SUCCESS);
-  ck_assert_int_eq(fake.creates, 2); /* remade */
-  ck_assert_int_eq(fake.graph_launches, 2);
+  EXPECT_CALLS(6, 2, 2); /* remade */
   free_graphs(g);
 }
 END_TEST
@@ -300,13 +302,12 @@ START_TEST(switch_driver_and_lock) {
   sdpa_launch_graphs *off = new_graphs();
   unsetenv("SDPA_JIT_GRAPHS");
   for (int i = 0; i < 3; ++i) call(off, stream_a, 10, (void *)0x100, 3);
-  ck_assert_int_eq(fake.graph_launches + fake.creates, 0);
-  ck_assert_int_eq(fake.launches, 9);
+  EXPECT_CALLS(9, 0, 0);
   free_graphs(off);
 
   drv.has_graphs = 0;
   for (int i = 0; i < 3; ++i) call(g, stream_a, 10, (void *)0x100, 3);
-  ck_assert_int_eq(fake.graph_launches + fake.creates, 0);
+  EXPECT_CALLS(18, 0, 0);
   drv.has_graphs = 1;
 
   call(g, stream_a, 10, (void *)0x100, 3);
