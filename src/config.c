@@ -23,7 +23,6 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "env.h"
 #include "plan.h"

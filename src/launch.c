@@ -69,8 +69,7 @@ static void node_params(const sdpa_launch *l, void **args,
  * context; 0 on success, -1 on any driver failure (nothing kept). */
 static int make_graph(const sdpa_driver *drv, const sdpa_launch *launches, int count,
                       const sdpa_kernel_params *p, sdpa_launch_graph *lg) {
-  sdpa_kernel_params copy = *p;
-  void *args[] = {&copy};
+  void *args[] = {(void *)p}; /* the driver copies it, never writes it */
   if (drv->cuGraphCreate(&lg->graph, 0) != CUDA_SUCCESS) {
     lg->graph = NULL;
     return -1;
@@ -106,8 +105,7 @@ static int update_graph(const sdpa_driver *drv, sdpa_launch_graph *lg,
   for (int i = 0; i < count; ++i)
     if (launches[i].func != lg->launches[i].func) return -1;
   const int params_changed = memcmp(p, &lg->params, sizeof *p) != 0;
-  sdpa_kernel_params copy = *p;
-  void *args[] = {&copy};
+  void *args[] = {(void *)p}; /* the driver copies it, never writes it */
   for (int i = 0; i < count; ++i) {
     if (!params_changed &&
         !memcmp(&launches[i], &lg->launches[i], sizeof launches[i]))
@@ -193,8 +191,7 @@ sdpa_status sdpa_launch_run(sdpa_launch_graphs *g, const sdpa_driver *drv,
                             const sdpa_kernel_params *p) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
   if (try_graph(g, drv, ctx, stream, launches, count, p, &status)) return status;
-  sdpa_kernel_params copy = *p;
-  void *args[] = {&copy};
+  void *args[] = {(void *)p}; /* the driver copies it, never writes it */
   for (int i = 0; i < count; ++i) {
     const sdpa_launch *l = &launches[i];
     SDPA_CU_CHECK(drv, drv->cuLaunchKernel(l->func, l->grid_x, l->grid_y, 1,

@@ -534,6 +534,7 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   sdpa_status status = SDPA_STATUS_SUCCESS;
   sdpa_bwd_plan *plan = NULL;
   char no_device_message[1024] = "";
+  int graphs_ready = 0; /* plan->graphs initialized: destroyed on failure */
 
   if (!out)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
@@ -596,7 +597,7 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   if ((status = plan_launch(plan))) goto done;
 
   if ((status = sdpa_launch_graphs_init(&plan->graphs))) goto done;
-  plan->graphs_ready = 1;
+  graphs_ready = 1;
   if (pthread_mutex_init(&plan->lock, NULL) != 0) {
     status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
                             "could not initialize the plan's mutex");
@@ -606,7 +607,7 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   plan = NULL;
 
 done:
-  if (plan && plan->graphs_ready) sdpa_launch_graphs_destroy(&plan->graphs, NULL);
+  if (plan && graphs_ready) sdpa_launch_graphs_destroy(&plan->graphs, NULL);
   free(plan);
   return status;
 }

@@ -78,7 +78,6 @@ struct sdpa_bwd_plan {
 
   /* execute's launch graphs, one per (context, stream) (launch.h) */
   sdpa_launch_graphs graphs;
-  int graphs_ready; /* graphs initialized (destroy them)             */
 };
 
 /* 16-row blocks of the dQ accumulator for `rows_q` query rows (layout in
