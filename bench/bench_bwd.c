@@ -191,12 +191,16 @@ static void validate_case(bench_case *c) {
    * the case's key */
   char tiles[48];
   case_tiles(c, tiles, sizeof tiles);
-  sdpa_env_pin dq_pin, tiles_pin;
-  sdpa_env_pin_set(&dq_pin, "SDPA_JIT_DQ_CONVERT", dq_writer(c));
-  sdpa_env_pin_set(&tiles_pin, "SDPA_JIT_TILES", tiles);
-  sdpa_gpu_run_problem(&gpu, runtime, &p, &l, &d, &o);
+  sdpa_env_pin dq_pin = {0}, tiles_pin = {0};
+  const int pinned = !sdpa_env_pin_set(&dq_pin, "SDPA_JIT_DQ_CONVERT", dq_writer(c)) &&
+                     !sdpa_env_pin_set(&tiles_pin, "SDPA_JIT_TILES", tiles);
+  if (pinned) sdpa_gpu_run_problem(&gpu, runtime, &p, &l, &d, &o);
   sdpa_env_pin_restore(&tiles_pin);
   sdpa_env_pin_restore(&dq_pin);
+  if (!pinned) {
+    snprintf(c->message, sizeof c->message, "twin: out of memory pinning its knobs");
+    goto done;
+  }
   if (o.status != SDPA_STATUS_SUCCESS) {
     snprintf(c->message, sizeof c->message, "twin: %.1000s", o.message);
     sdpa_gpu_outcome_free(&o);

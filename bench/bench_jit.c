@@ -231,10 +231,11 @@ static double execute_host_us(sdpa_gpu *gpu, sdpa_runtime *runtime, int iteratio
   sdpa_ref_layout_make(&l, &p, SDPA_REF_STYLE_PACKED, SDPA_REF_LSE_PACKED);
   sdpa_bwd_desc desc;
   sdpa_ref_desc(&p, &l, &desc);
-  sdpa_env_pin pin, pin_graphs;
-  sdpa_env_pin_set(&pin, "SDPA_JIT_DQ_CONVERT", writer);
-  sdpa_env_pin_set(&pin_graphs, "SDPA_JIT_GRAPHS", graphs);
-  sdpa_status planned = sdpa_bwd_plan_create(&plan, runtime, &desc);
+  sdpa_env_pin pin = {0}, pin_graphs = {0};
+  sdpa_status planned = SDPA_STATUS_OUT_OF_MEMORY;
+  if (!sdpa_env_pin_set(&pin, "SDPA_JIT_DQ_CONVERT", writer) &&
+      !sdpa_env_pin_set(&pin_graphs, "SDPA_JIT_GRAPHS", graphs))
+    planned = sdpa_bwd_plan_create(&plan, runtime, &desc);
   sdpa_env_pin_restore(&pin_graphs);
   sdpa_env_pin_restore(&pin);
   if (planned || sdpa_bwd_compile(plan, NULL)) goto done;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "env_pin.h"
 #include "grid.h"
 #include "json.h"
 #include "preheat.h"
@@ -242,20 +243,14 @@ typedef struct preheat {
 } preheat;
 
 /* Plans one grid point. Who writes dQ is the point's, not the
- * environment's: SDPA_JIT_DQ_CONVERT is set to it for the call, then put
- * back as it was. */
+ * environment's: SDPA_JIT_DQ_CONVERT is pinned to it for the call. */
 static sdpa_status plan_point(sdpa_runtime *runtime, const cli_grid_point *point,
                               const sdpa_bwd_desc *desc, sdpa_bwd_plan **plan) {
-  const char *outer = getenv("SDPA_JIT_DQ_CONVERT");
-  char *saved = outer ? strdup(outer) : NULL;
-  if (outer && !saved) return SDPA_STATUS_OUT_OF_MEMORY;
-  setenv("SDPA_JIT_DQ_CONVERT", point->dq_main ? "main" : "convert", 1);
+  sdpa_env_pin pin;
+  if (sdpa_env_pin_set(&pin, "SDPA_JIT_DQ_CONVERT", point->dq_main ? "main" : "convert"))
+    return SDPA_STATUS_OUT_OF_MEMORY;
   sdpa_status status = sdpa_bwd_plan_create(plan, runtime, desc);
-  if (saved)
-    setenv("SDPA_JIT_DQ_CONVERT", saved, 1);
-  else
-    unsetenv("SDPA_JIT_DQ_CONVERT");
-  free(saved);
+  sdpa_env_pin_restore(&pin);
   return status;
 }
 
