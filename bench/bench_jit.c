@@ -422,60 +422,64 @@ int main(int argc, char **argv) {
     }
   }
 
+  /* Medians once (median sorts its array), for the table and the CSV. */
+  const double cold_median = cold_count ? median(cold_ms, cold_count) : 0;
+  const double warm_ms = warm_count ? median(warm, warm_count) / 1e3 : 0;
+  const double runtime_ms = warm_count ? median(warm_runtime, warm_count) / 1e3 : 0;
+  const double plan_compile_ms = warm_count ? median(warm_plan_compile, warm_count) / 1e3 : 0;
+  /* execute's rows: [dQ by main][kernel by kernel] */
+  static const struct {
+    const char *row, *over, *csv;
+  } execute_names[2][2] = {
+      {{"execute, host time", "one graph launch: 3 kernels", "execute_host_median"},
+       {"  kernel by kernel (GRAPHS=0)", "3 cuLaunchKernel", "execute_host_median_direct"}},
+      {{"  dQ by main (DQ_CONVERT=main)", "one graph launch: 2 kernels",
+        "execute_host_median_dq_main"},
+       {"  dQ by main, kernel by kernel", "2 cuLaunchKernel",
+        "execute_host_median_dq_main_direct"}}};
+
   printf("\n%-34s %14s  %s\n", "what", "median", "over");
   if (cold_count)
-    printf("%-34s %11.1f ms  %d keys\n", "cold compile (NVRTC + store)", median(cold_ms, cold_count),
-           cold_count);
+    printf("%-34s %11.1f ms  %d keys\n", "cold compile (NVRTC + store)", cold_median, cold_count);
   if (warm_count)
-    printf("%-34s %11.2f ms  %d processes%s\n", "warm process: runtime+plan+compile",
-           median(warm, warm_count) / 1e3, warm_count,
-           warm_not_disk ? " (some not served from disk!)" : "");
+    printf("%-34s %11.2f ms  %d processes%s\n", "warm process: runtime+plan+compile", warm_ms,
+           warm_count, warm_not_disk ? " (some not served from disk!)" : "");
   for (int thd = 0; thd < 2; thd++)
     if (layout_count[thd])
       printf("  %-32s %11.2f ms  %d processes\n", thd ? "THD keys" : "BSHD keys",
              median(warm_by_layout[thd], layout_count[thd]) / 1e3, layout_count[thd]);
   if (warm_count) {
-    printf("  %-32s %11.2f ms  %d processes\n", "of which runtime create",
-           median(warm_runtime, warm_count) / 1e3, warm_count);
-    printf("  %-32s %11.2f ms  %d processes\n", "of which plan + compile",
-           median(warm_plan_compile, warm_count) / 1e3, warm_count);
+    printf("  %-32s %11.2f ms  %d processes\n", "of which runtime create", runtime_ms,
+           warm_count);
+    printf("  %-32s %11.2f ms  %d processes\n", "of which plan + compile", plan_compile_ms,
+           warm_count);
   }
   if (plan_us >= 0) printf("%-34s %11.2f us  1000 calls\n", "plan create", plan_us);
   if (repeat_us >= 0) printf("%-34s %11.3f us  10000 calls\n", "repeat compile (in memory)", repeat_us);
-  static const char *const execute_rows[2][2] = {
-      {"execute, host time", "  kernel by kernel (GRAPHS=0)"},
-      {"  dQ by main (DQ_CONVERT=main)", "  dQ by main, kernel by kernel"}};
-  static const char *const execute_over[2][2] = {
-      {"one graph launch: 3 kernels", "3 cuLaunchKernel"},
-      {"one graph launch: 2 kernels", "2 cuLaunchKernel"}};
   for (int main_dq = 0; main_dq < 2; main_dq++)
     for (int direct = 0; direct < 2; direct++) {
       const double us = execute_us[main_dq][direct];
       if (us >= 0)
         printf("%-34s %11.2f us  2000 calls (%s; the plan's first calls %.0f, %.0f us)\n",
-               execute_rows[main_dq][direct], us, execute_over[main_dq][direct],
+               execute_names[main_dq][direct].row, us, execute_names[main_dq][direct].over,
                execute_first_us[main_dq][direct][0], execute_first_us[main_dq][direct][1]);
       else
-        printf("%-34s %14s  %s\n", execute_rows[main_dq][direct], "-",
+        printf("%-34s %14s  %s\n", execute_names[main_dq][direct].row, "-",
                has_gpu ? "failed" : "skipped: no GPU");
     }
   if (csv) {
-    if (cold_count) fprintf(csv, "cold_compile_median,,%.3f,ms\n", median(cold_ms, cold_count));
-    if (warm_count) fprintf(csv, "warm_process_median,,%.3f,ms\n", median(warm, warm_count) / 1e3);
+    if (cold_count) fprintf(csv, "cold_compile_median,,%.3f,ms\n", cold_median);
     if (warm_count) {
-      fprintf(csv, "warm_runtime_create_median,,%.3f,ms\n", median(warm_runtime, warm_count) / 1e3);
-      fprintf(csv, "warm_plan_compile_median,,%.3f,ms\n",
-              median(warm_plan_compile, warm_count) / 1e3);
+      fprintf(csv, "warm_process_median,,%.3f,ms\n", warm_ms);
+      fprintf(csv, "warm_runtime_create_median,,%.3f,ms\n", runtime_ms);
+      fprintf(csv, "warm_plan_compile_median,,%.3f,ms\n", plan_compile_ms);
     }
     if (plan_us >= 0) fprintf(csv, "plan_create_median,,%.3f,us\n", plan_us);
     if (repeat_us >= 0) fprintf(csv, "repeat_compile_median,,%.4f,us\n", repeat_us);
-    static const char *const execute_csv[2][2] = {
-        {"execute_host_median", "execute_host_median_direct"},
-        {"execute_host_median_dq_main", "execute_host_median_dq_main_direct"}};
     for (int main_dq = 0; main_dq < 2; main_dq++)
       for (int direct = 0; direct < 2; direct++)
         if (execute_us[main_dq][direct] >= 0)
-          fprintf(csv, "%s,,%.3f,us\n", execute_csv[main_dq][direct],
+          fprintf(csv, "%s,,%.3f,us\n", execute_names[main_dq][direct].csv,
                   execute_us[main_dq][direct]);
     fclose(csv);
   }
