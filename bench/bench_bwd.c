@@ -575,18 +575,13 @@ int main(int argc, char **argv) {
         for (int causal = 0; causal < 2; causal++) {
           if (only_causal >= 0 && causal != only_causal) continue;
           char tag[32];
-          snprintf(tag, sizeof tag, "B%d H%d S%d", shape[0], shape[1], shape[2]);
-          if (thd) { /* B sequences of S, 7S/8, 3S/4, 5S/8, S, ... tokens */
-            int lens[MAX_SEQS];
-            for (int b = 0; b < shape[0]; b++) lens[b] = shape[2] - (b % 4) * shape[2] / 8;
-            snprintf(tag, sizeof tag, "thd B%d H%d S%d", shape[0], shape[1], shape[2]);
-            count = add_case(cases, count, dtype, SDPA_LAYOUT_THD, shape[0], shape[1], shape[1],
-                             shape[2], only_hd ? only_hd : dims[hi], causal, tag, lens);
-          } else {
-            count = add_case(cases, count, dtype, SDPA_LAYOUT_BSHD, shape[0], shape[1],
-                             shape[1], shape[2], only_hd ? only_hd : dims[hi], causal, tag,
-                             NULL);
-          }
+          snprintf(tag, sizeof tag, "%sB%d H%d S%d", thd ? "thd " : "", shape[0], shape[1],
+                   shape[2]);
+          int lens[MAX_SEQS]; /* THD: B sequences of S, 7S/8, 3S/4, 5S/8, S, ... tokens */
+          for (int b = 0; thd && b < shape[0]; b++) lens[b] = shape[2] - (b % 4) * shape[2] / 8;
+          count = add_case(cases, count, dtype, thd ? SDPA_LAYOUT_THD : SDPA_LAYOUT_BSHD,
+                           shape[0], shape[1], shape[1], shape[2], only_hd ? only_hd : dims[hi],
+                           causal, tag, thd ? lens : NULL);
         }
       continue;
     }
