@@ -25,15 +25,9 @@
 #include "nvrtc.h"
 #include "plan.h"
 #include "sdpa_jit.h"
+#include "test_cache.h"
 
-static sdpa_runtime *open_runtime(void) {
-  sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
-  opts.disable_disk_cache = 1;
-  opts.arch = 90;
-  sdpa_runtime *rt = NULL;
-  ck_assert_int_eq(sdpa_runtime_create(&rt, &opts), SDPA_STATUS_SUCCESS);
-  return rt;
-}
+static sdpa_runtime *open_runtime(void) { return sdpa_test_memory_runtime(90); }
 
 /* bf16 BSHD, 2 x 256 x 8 x 128, even for any tile that divides 256. */
 static sdpa_bwd_desc base_desc(void) {

@@ -373,11 +373,7 @@ START_TEST(arch_unsupported) {
   d.arch = -3;
   REJECT(d, INVALID_ARGUMENT, "desc.arch = -3");
   /* the runtime's arch option goes through the same checks */
-  sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
-  opts.disable_disk_cache = 1;
-  opts.arch = 75;
-  sdpa_runtime *old = rt, *r75 = NULL;
-  ck_assert_int_eq(sdpa_runtime_create(&r75, &opts), SDPA_STATUS_SUCCESS);
+  sdpa_runtime *old = rt, *r75 = sdpa_test_memory_runtime(75);
   rt = r75;
   d.arch = 0;
   REJECT(d, NOT_SUPPORTED, "runtime option arch = 75", "sm_75 and older");
@@ -397,10 +393,7 @@ END_TEST
 /* No arch anywhere: NO_DEVICE, after every other field was checked. */
 START_TEST(arch_missing_without_gpu) {
   if (sdpa_driver_get(NULL) == SDPA_STATUS_SUCCESS) return; /* has a GPU */
-  sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
-  opts.disable_disk_cache = 1;
-  sdpa_runtime *bare = NULL, *old = rt;
-  ck_assert_int_eq(sdpa_runtime_create(&bare, &opts), SDPA_STATUS_SUCCESS);
+  sdpa_runtime *bare = sdpa_test_memory_runtime(0), *old = rt;
   ck_assert_int_eq(sdpa_runtime_arch(bare), 0);
   ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "no GPU found"));
   rt = bare;

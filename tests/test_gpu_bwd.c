@@ -581,9 +581,6 @@ START_TEST(matrix_main_kernel) {
 }
 END_TEST
 
-/* Every case again with the small-grid rule off: the matrix's BSHD
- * problems are small grids, so by default they run 64-row kv tiles; here
- * they run the table's tiles, as larger problems do. */
 /* Every third case with execute launching kernel by kernel
  * (SDPA_JIT_GRAPHS=0; by default a graph per plan and stream). */
 START_TEST(matrix_direct_launches) {
@@ -591,6 +588,9 @@ START_TEST(matrix_direct_launches) {
 }
 END_TEST
 
+/* Every case again with the small-grid rule off: the matrix's BSHD
+ * problems are small grids, so by default they run 64-row kv tiles; here
+ * they run the table's tiles, as larger problems do. */
 START_TEST(matrix_table_tiles) {
   matrix_with_env("SDPA_JIT_SMALL_GRID", "0", 1, "matrix, the table's tiles");
 }
