@@ -1,10 +1,9 @@
 /*
  * sdpa_bwd.cuh - flash-attention backward for sm_80 and later (mma.sync),
- * KV-stationary. Two or three kernels make one backward:
+ * KV-stationary. Two or three kernels make one backward: preprocess
+ * (Delta, zeroed accumulator) and the dQ convert live in sdpa_aux.cuh,
+ * shared with the sm_90a family; this file is the main kernel.
  *
- *   sdpa_bwd_preprocess  Delta[h, row] = sum_d dO*O; zero the fp32 dQ
- *                        accumulator (and the query tiles' counters when
- *                        main writes dQ or in deterministic mode).
  *   sdpa_bwd_main        one CTA per (kv tile, kv head, batch/sequence):
  *                        K, V tile resident in shared memory, dK, dV in
  *                        registers; for every query head of the kv head's
@@ -23,11 +22,11 @@
  *                        writes dQ = dtype(dQacc * scale) for the tile
  *                        after its loop; tiles no kv tile sees get dQ = 0
  *                        from kv tile 0's CTA.
- *   sdpa_bwd_convert_dq  otherwise: dQ = dtype(dQacc * scale), at full
- *                        memory bandwidth (in-kernel conversions run at
- *                        the CTAs' ends, latency-bound: 3-4% slower at
- *                        hd 128, 4k-16k tokens). Compiled in every
- *                        module, launched only without SDPA_FOLD_DQ.
+ *   sdpa_bwd_convert_dq  otherwise (sdpa_aux.cuh): dQ = dtype(dQacc *
+ *                        scale), at full memory bandwidth (in-kernel
+ *                        conversions run at the CTAs' ends, latency-bound:
+ *                        3-4% slower at hd 128, 4k-16k tokens). Compiled in
+ *                        every module, launched only without SDPA_FOLD_DQ.
  *
  * Parameters (the translation unit #defines them; each is a key field):
  *   SDPA_DTYPE 1 fp16 | 2 bf16;  SDPA_HEAD_DIM, SDPA_HEAD_DIM_V;
@@ -37,12 +36,7 @@
  *   SDPA_DETERMINISTIC; SDPA_EVEN (BSHD, lengths multiples of M and N);
  *   SDPA_FOLD_DQ (main writes dQ; no convert launch).
  *
- * Launch contract (execute.c):
- *   preprocess: grid ceil(rows_q*heads_q / (256 / sdpa_aux_lanes(DV)))
- *               (at least 1), block 256, no smem; before main, which
- *               needs its zeroes and Delta.
- *   convert (unless SDPA_FOLD_DQ): grid q_blocks * batch * heads_q, block
- *               256, no smem.
+ * Launch contract (execute.c; preprocess and convert: sdpa_aux.cuh):
  *   main: grid (ceil(seqlen_kv / N) * batch, heads_kv), block 32*SDPA_WARPS,
  *         (no mask: x = b * kv_tiles + j, y = kv head; masked: the flat
  *         block index runs (sequence, kv head) fastest, kv tile slowest),
@@ -59,14 +53,13 @@
  */
 #include "sdpa_params.h"
 #include "sdpa_mma.cuh"
+#include "sdpa_seq.cuh"
+#include "sdpa_aux.cuh" /* preprocess, convert; defines D, DV, DT */
 
-#define D SDPA_HEAD_DIM
-#define DV SDPA_HEAD_DIM_V
 #define M SDPA_Q_TILE
 #define N SDPA_KV_TILE
 #define NW SDPA_WARPS
 #define NT (NW * 32)
-#define DT SDPA_DTYPE
 
 /* Padded row strides (elements) of the shared tiles. */
 #define LD_D (D + 8)
@@ -173,82 +166,6 @@ template <bool B> struct Flag {
   static constexpr bool value = B;
 };
 
-/* Band of visible keys for one sequence. */
-struct Band {
-  int off, left, right; /* left/right < 0: unbounded */
-};
-
-SDPA_DEVICE Band make_band(const sdpa_kernel_params &p, int sq, int skv) {
-  Band b;
-#if SDPA_MASK == 0
-  b.off = 0; b.left = -1; b.right = -1;
-#elif SDPA_MASK == 1
-  b.off = 0; b.left = -1; b.right = 0;
-#elif SDPA_MASK == 2
-  b.off = skv - sq; b.left = -1; b.right = 0;
-#else
-  b.off = skv - sq; b.left = p.window_left; b.right = p.window_right;
-#endif
-  (void)p; (void)sq; (void)skv;
-  return b;
-}
-
-/* Sequence bounds of batch entry / sequence `b`: first row of q and kv in
- * the row space of the workspace, lengths. Returns false (and flags the
- * error once) when THD offsets are inconsistent with the launch. */
-SDPA_DEVICE bool sequence_bounds(const sdpa_kernel_params &p, int b,
-                                 sdpa_i64 &q0, sdpa_i64 &kv0, int &sq,
-                                 int &skv, bool report) {
-#if SDPA_LAYOUT == 1
-  q0 = (sdpa_i64)b * p.seqlen_q;
-  kv0 = (sdpa_i64)b * p.seqlen_kv;
-  sq = p.seqlen_q;
-  skv = p.seqlen_kv;
-  (void)report;
-  return true;
-#else
-  const sdpa_i64 qa = p.cu_seqlens_q[b], qb = p.cu_seqlens_q[b + 1];
-  const sdpa_i64 ka = p.cu_seqlens_kv[b], kb = p.cu_seqlens_kv[b + 1];
-  int err = 0;
-  if (qa < 0 || qb < qa || qb > p.rows_q || ka < 0 || kb < ka || kb > p.rows_kv)
-    err |= SDPA_DEVICE_ERR_OFFSETS;
-  else {
-    if (qb - qa > p.seqlen_q) err |= SDPA_DEVICE_ERR_SEQLEN_Q;
-    if (kb - ka > p.seqlen_kv) err |= SDPA_DEVICE_ERR_SEQLEN_KV;
-  }
-  if (err) {
-    if (report) *(volatile sdpa_i32 *)p.error_flag = err; /* host-mapped */
-    return false;
-  }
-  q0 = qa; kv0 = ka;
-  sq = (int)(qb - qa);
-  skv = (int)(kb - ka);
-  return true;
-#endif
-}
-
-/* Element offset of kv row k0 of kv head hk in sequence b (starting at
- * token kv0 under THD) of a tensor with these strides. */
-SDPA_DEVICE sdpa_i64 kv_row_offset(int b, sdpa_i64 kv0, int k0, int hk, sdpa_i64 s_batch,
-                                   sdpa_i64 s_seq, sdpa_i64 s_head) {
-#if SDPA_LAYOUT == 1
-  (void)kv0;
-  return (sdpa_i64)b * s_batch + (sdpa_i64)k0 * s_seq + (sdpa_i64)hk * s_head;
-#else
-  (void)b; (void)s_batch;
-  return (kv0 + k0) * s_seq + (sdpa_i64)hk * s_head;
-#endif
-}
-
-/* First 16-row block of dq_accum owned by sequence `b` (sdpa_params.h). */
-SDPA_DEVICE sdpa_i64 dq_block_base(const sdpa_kernel_params &p, int b, sdpa_i64 q0) {
-#if SDPA_LAYOUT == 1
-  (void)q0;
-  return (sdpa_i64)b * p.q_blocks;
-#else
-  return q0 / 16 + b;
-#endif
-}
 
 /* The main kernel's block: kv tile j of sequence b, kv head hk. Without
  * a mask every kv tile of a (sequence, head) walks the same query tiles
@@ -304,127 +221,6 @@ SDPA_DEVICE void query_tile_range(const Band &band, int k0, int kv_valid, int sq
   if (band.left >= 0) hi = min(hi, k0 + kv_valid - 1 - band.off + band.left);
   it_lo = lo / M;
   it_hi = lo <= hi ? hi / M : it_lo - 1;
-}
-
-/* ------------------------------------------------------------ preprocess */
-
-/* Zeroes dQacc (a grid-stride sweep over its dq_blocks) and the query
- * tiles' counters (when used); then PRE_LANES lanes per (row, head), 8
- * elements (16 bytes of O and of dO) a lane: Delta = sum(dO * O) over DV.
- * Row-major items (head fastest) keep a warp's loads contiguous in BSHD
- * memory. Any grid is correct (warps stride over the items together);
- * the host's sdpa_aux_blocks() gives every lane one item. */
-#define PRE_LANES (DV <= 32 ? 4 : DV <= 64 ? 8 : DV <= 128 ? 16 : 32)
-extern "C" __global__ void __launch_bounds__(256)
-sdpa_bwd_preprocess(const sdpa_kernel_params p) {
-  const sdpa_i64 gid = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x;
-  const sdpa_i64 threads = (sdpa_i64)gridDim.x * blockDim.x;
-  {
-    float4 *acc = (float4 *)p.dq_accum;
-    const sdpa_i64 n = p.dq_blocks * p.heads_q * (D * 4); /* 16 x D floats a block */
-    for (sdpa_i64 i = gid; i < n; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (SDPA_FOLD_DQ || SDPA_DETERMINISTIC) {
-      const sdpa_i64 tiles = (sdpa_i64)p.heads_q * p.batch * p.q_tiles;
-      for (sdpa_i64 i = gid; i < tiles; i += threads) p.semaphores[i] = 0;
-    }
-  }
-  const int lane = threadIdx.x & 31, part = lane % PRE_LANES;
-  const sdpa_i64 items = p.rows_q * p.heads_q;
-  const bool narrow = items <= 0xffffffffll; /* 32-bit divisions suffice */
-  /* base is the warp's first item: the loop is warp-uniform, so every
-   * lane takes part in the shuffles. */
-  for (sdpa_i64 base = (gid - lane) / PRE_LANES; base < items; base += threads / PRE_LANES) {
-    const sdpa_i64 item = base + lane / PRE_LANES;
-    float sum = 0.f;
-    sdpa_i64 row = 0;
-    int h = 0;
-    if (item < items) {
-      if (narrow) {
-        const unsigned r = (unsigned)item / (unsigned)p.heads_q;
-        row = r;
-        h = (int)((unsigned)item - r * (unsigned)p.heads_q);
-      } else {
-        row = item / p.heads_q;
-        h = (int)(item - row * p.heads_q);
-      }
-#if SDPA_LAYOUT == 1
-      const sdpa_i64 bb = narrow ? (sdpa_i64)((unsigned)row / (unsigned)p.seqlen_q)
-                                 : row / p.seqlen_q;
-      const sdpa_i64 s = row - bb * p.seqlen_q;
-      const sdpa_i64 o_at = bb * p.o_batch + s * p.o_seq + h * p.o_head;
-      const sdpa_i64 do_at = bb * p.do_batch + s * p.do_seq + h * p.do_head;
-#else
-      const sdpa_i64 o_at = row * p.o_seq + h * p.o_head;
-      const sdpa_i64 do_at = row * p.do_seq + h * p.do_head;
-#endif
-      if (part * 8 < DV) {
-        const uint4 ov = *(const uint4 *)((const u16 *)p.o + o_at + part * 8);
-        const uint4 dv = *(const uint4 *)((const u16 *)p.dout + do_at + part * 8);
-        const u32 o4[4] = {ov.x, ov.y, ov.z, ov.w}, d4[4] = {dv.x, dv.y, dv.z, dv.w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          sum += to_float<DT>((u16)(o4[e] & 0xffff)) * to_float<DT>((u16)(d4[e] & 0xffff));
-          sum += to_float<DT>((u16)(o4[e] >> 16)) * to_float<DT>((u16)(d4[e] >> 16));
-        }
-      }
-    }
-#pragma unroll
-    for (int s2 = PRE_LANES / 2; s2 > 0; s2 >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s2);
-    if (part == 0 && item < items) p.delta[(sdpa_i64)h * p.rows_q + row] = sum;
-  }
-}
-
-/* --------------------------------------------------------------- convert */
-
-/* Writes one lane's share of a 16 x 8 piece of dQ: the four accumulator
- * values `v` of fragment lane `lane` (sdpa_params.h order) times `scale`,
- * at rows r0 + lane/4 and r0 + lane/4 + 8 (those below sq) and columns
- * piece*8 + 2*(lane%4) and the next. */
-SDPA_DEVICE void store_dq_piece(u16 *dq, sdpa_i64 dq_seq, int r0, int piece, int lane,
-                                const float (&v)[4], int sq, float scale) {
-  const int col = piece * 8 + 2 * (lane & 3);
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int row = r0 + (lane >> 2) + 8 * hf;
-    if (row < sq)
-      *(u32 *)(dq + (sdpa_i64)row * dq_seq + col) =
-          pack2<DT>(v[2 * hf] * scale, v[2 * hf + 1] * scale);
-  }
-}
-
-/* One CTA per (16-row block of a sequence, head), grid.x = q_blocks *
- * batch * heads_q: dq = dtype(dQacc * scale), reading the block's
- * fragment-ordered pieces (one 16 x 8 piece per 32 threads). */
-extern "C" __global__ void __launch_bounds__(256)
-sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
-  sdpa_i64 x = blockIdx.x;
-  const int h = (int)(x % p.heads_q);
-  x /= p.heads_q;
-  const int blk = (int)(x % p.q_blocks), b = (int)(x / p.q_blocks);
-  sdpa_i64 q0, kv0;
-  int sq, skv;
-  if (!sequence_bounds(p, b, q0, kv0, sq, skv, false)) return; /* main flags it */
-  const int r0 = blk * 16;
-  if (r0 >= sq) return;
-  const float *src =
-      p.dq_accum + ((dq_block_base(p, b, q0) + blk) * p.heads_q + h) * (sdpa_i64)(D * 16);
-#if SDPA_LAYOUT == 1
-  u16 *dq = (u16 *)p.dq + (sdpa_i64)b * p.dq_batch + (sdpa_i64)h * p.dq_head;
-#else
-  u16 *dq = (u16 *)p.dq + q0 * p.dq_seq + (sdpa_i64)h * p.dq_head;
-#endif
-  for (int i = threadIdx.x; i < D * 4; i += blockDim.x) {
-    const int piece = i >> 5, lane = i & 31;
-    float v[4];
-#if __CUDA_ARCH__ >= 900
-    const float4 f = *(const float4 *)(src + piece * 128 + lane * 4);
-    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
-#else
-#pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = src[piece * 128 + frag_at(lane, e)];
-#endif
-    store_dq_piece(dq, p.dq_seq, r0, piece, lane, v, sq, p.scale);
-  }
 }
 
 /* ------------------------------------------------------------ dQ hand-off */

@@ -1,0 +1,152 @@
+/*
+ * sdpa_aux.cuh - the kernels around the main kernel, shared by every
+ * family (they depend on the head dims, dtype, layout and mask only):
+ *
+ *   sdpa_bwd_preprocess  Delta[h, row] = sum_d dO*O; zero the fp32 dQ
+ *                        accumulator (and the query tiles' counters when
+ *                        main writes dQ or in deterministic mode).
+ *   sdpa_bwd_convert_dq  dQ = dtype(dQacc * scale), at full memory
+ *                        bandwidth.
+ *
+ * Launch contract (execute.c):
+ *   preprocess: grid ceil(rows_q*heads_q / (256 / sdpa_aux_lanes(DV)))
+ *               (at least 1), block 256, no smem; before main, which
+ *               needs its zeroes and Delta.
+ *   convert: grid q_blocks * batch * heads_q, block 256, no smem.
+ *
+ * Reads the key defines SDPA_DTYPE, SDPA_HEAD_DIM, SDPA_HEAD_DIM_V,
+ * SDPA_LAYOUT, SDPA_MASK, SDPA_DETERMINISTIC and SDPA_FOLD_DQ.
+ */
+#ifndef SDPA_AUX_CUH
+#define SDPA_AUX_CUH
+
+#include "sdpa_params.h"
+#include "sdpa_mma.cuh"
+#include "sdpa_seq.cuh"
+
+#define D SDPA_HEAD_DIM
+#define DV SDPA_HEAD_DIM_V
+#define DT SDPA_DTYPE
+
+/* ------------------------------------------------------------ preprocess */
+
+/* Zeroes dQacc (a grid-stride sweep over its dq_blocks) and the query
+ * tiles' counters (when used); then PRE_LANES lanes per (row, head), 8
+ * elements (16 bytes of O and of dO) a lane: Delta = sum(dO * O) over DV.
+ * Row-major items (head fastest) keep a warp's loads contiguous in BSHD
+ * memory. Any grid is correct (warps stride over the items together);
+ * the host's sdpa_aux_blocks() gives every lane one item. */
+#define PRE_LANES (DV <= 32 ? 4 : DV <= 64 ? 8 : DV <= 128 ? 16 : 32)
+extern "C" __global__ void __launch_bounds__(256)
+sdpa_bwd_preprocess(const sdpa_kernel_params p) {
+  const sdpa_i64 gid = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x;
+  const sdpa_i64 threads = (sdpa_i64)gridDim.x * blockDim.x;
+  {
+    float4 *acc = (float4 *)p.dq_accum;
+    const sdpa_i64 n = p.dq_blocks * p.heads_q * (D * 4); /* 16 x D floats a block */
+    for (sdpa_i64 i = gid; i < n; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (SDPA_FOLD_DQ || SDPA_DETERMINISTIC) {
+      const sdpa_i64 tiles = (sdpa_i64)p.heads_q * p.batch * p.q_tiles;
+      for (sdpa_i64 i = gid; i < tiles; i += threads) p.semaphores[i] = 0;
+    }
+  }
+  const int lane = threadIdx.x & 31, part = lane % PRE_LANES;
+  const sdpa_i64 items = p.rows_q * p.heads_q;
+  const bool narrow = items <= 0xffffffffll; /* 32-bit divisions suffice */
+  /* base is the warp's first item: the loop is warp-uniform, so every
+   * lane takes part in the shuffles. */
+  for (sdpa_i64 base = (gid - lane) / PRE_LANES; base < items; base += threads / PRE_LANES) {
+    const sdpa_i64 item = base + lane / PRE_LANES;
+    float sum = 0.f;
+    sdpa_i64 row = 0;
+    int h = 0;
+    if (item < items) {
+      if (narrow) {
+        const unsigned r = (unsigned)item / (unsigned)p.heads_q;
+        row = r;
+        h = (int)((unsigned)item - r * (unsigned)p.heads_q);
+      } else {
+        row = item / p.heads_q;
+        h = (int)(item - row * p.heads_q);
+      }
+#if SDPA_LAYOUT == 1
+      const sdpa_i64 bb = narrow ? (sdpa_i64)((unsigned)row / (unsigned)p.seqlen_q)
+                                 : row / p.seqlen_q;
+      const sdpa_i64 s = row - bb * p.seqlen_q;
+      const sdpa_i64 o_at = bb * p.o_batch + s * p.o_seq + h * p.o_head;
+      const sdpa_i64 do_at = bb * p.do_batch + s * p.do_seq + h * p.do_head;
+#else
+      const sdpa_i64 o_at = row * p.o_seq + h * p.o_head;
+      const sdpa_i64 do_at = row * p.do_seq + h * p.do_head;
+#endif
+      if (part * 8 < DV) {
+        const uint4 ov = *(const uint4 *)((const u16 *)p.o + o_at + part * 8);
+        const uint4 dv = *(const uint4 *)((const u16 *)p.dout + do_at + part * 8);
+        const u32 o4[4] = {ov.x, ov.y, ov.z, ov.w}, d4[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sum += to_float<DT>((u16)(o4[e] & 0xffff)) * to_float<DT>((u16)(d4[e] & 0xffff));
+          sum += to_float<DT>((u16)(o4[e] >> 16)) * to_float<DT>((u16)(d4[e] >> 16));
+        }
+      }
+    }
+#pragma unroll
+    for (int s2 = PRE_LANES / 2; s2 > 0; s2 >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s2);
+    if (part == 0 && item < items) p.delta[(sdpa_i64)h * p.rows_q + row] = sum;
+  }
+}
+
+/* --------------------------------------------------------------- convert */
+
+/* Writes one lane's share of a 16 x 8 piece of dQ: the four accumulator
+ * values `v` of fragment lane `lane` (sdpa_params.h order) times `scale`,
+ * at rows r0 + lane/4 and r0 + lane/4 + 8 (those below sq) and columns
+ * piece*8 + 2*(lane%4) and the next. */
+SDPA_DEVICE void store_dq_piece(u16 *dq, sdpa_i64 dq_seq, int r0, int piece, int lane,
+                                const float (&v)[4], int sq, float scale) {
+  const int col = piece * 8 + 2 * (lane & 3);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int row = r0 + (lane >> 2) + 8 * hf;
+    if (row < sq)
+      *(u32 *)(dq + (sdpa_i64)row * dq_seq + col) =
+          pack2<DT>(v[2 * hf] * scale, v[2 * hf + 1] * scale);
+  }
+}
+
+/* One CTA per (16-row block of a sequence, head), grid.x = q_blocks *
+ * batch * heads_q: dq = dtype(dQacc * scale), reading the block's
+ * fragment-ordered pieces (one 16 x 8 piece per 32 threads). */
+extern "C" __global__ void __launch_bounds__(256)
+sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
+  sdpa_i64 x = blockIdx.x;
+  const int h = (int)(x % p.heads_q);
+  x /= p.heads_q;
+  const int blk = (int)(x % p.q_blocks), b = (int)(x / p.q_blocks);
+  sdpa_i64 q0, kv0;
+  int sq, skv;
+  if (!sequence_bounds(p, b, q0, kv0, sq, skv, false)) return; /* main flags it */
+  const int r0 = blk * 16;
+  if (r0 >= sq) return;
+  const float *src =
+      p.dq_accum + ((dq_block_base(p, b, q0) + blk) * p.heads_q + h) * (sdpa_i64)(D * 16);
+#if SDPA_LAYOUT == 1
+  u16 *dq = (u16 *)p.dq + (sdpa_i64)b * p.dq_batch + (sdpa_i64)h * p.dq_head;
+#else
+  u16 *dq = (u16 *)p.dq + q0 * p.dq_seq + (sdpa_i64)h * p.dq_head;
+#endif
+  for (int i = threadIdx.x; i < D * 4; i += blockDim.x) {
+    const int piece = i >> 5, lane = i & 31;
+    float v[4];
+#if __CUDA_ARCH__ >= 900
+    const float4 f = *(const float4 *)(src + piece * 128 + lane * 4);
+    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+#else
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = src[piece * 128 + frag_at(lane, e)];
+#endif
+    store_dq_piece(dq, p.dq_seq, r0, piece, lane, v, sq, p.scale);
+  }
+}
+
+#endif /* SDPA_AUX_CUH */

@@ -1,0 +1,93 @@
+/*
+ * sdpa_seq.cuh - where a sequence lies, for every kernel of every family:
+ * the mask's band of visible keys, a sequence's bounds (BSHD lengths, or
+ * THD offsets from cu_seqlens with the device-side max_s guard), the
+ * element offset of a kv row, and a sequence's first 16-row block of the
+ * dQ accumulator (layout in sdpa_params.h).
+ *
+ * Reads the key defines SDPA_MASK and SDPA_LAYOUT.
+ */
+#ifndef SDPA_SEQ_CUH
+#define SDPA_SEQ_CUH
+
+#include "sdpa_params.h"
+#include "sdpa_mma.cuh"
+
+/* Band of visible keys for one sequence. */
+struct Band {
+  int off, left, right; /* left/right < 0: unbounded */
+};
+
+SDPA_DEVICE Band make_band(const sdpa_kernel_params &p, int sq, int skv) {
+  Band b;
+#if SDPA_MASK == 0
+  b.off = 0; b.left = -1; b.right = -1;
+#elif SDPA_MASK == 1
+  b.off = 0; b.left = -1; b.right = 0;
+#elif SDPA_MASK == 2
+  b.off = skv - sq; b.left = -1; b.right = 0;
+#else
+  b.off = skv - sq; b.left = p.window_left; b.right = p.window_right;
+#endif
+  (void)p; (void)sq; (void)skv;
+  return b;
+}
+
+/* Sequence bounds of batch entry / sequence `b`: first row of q and kv in
+ * the row space of the workspace, lengths. Returns false (and flags the
+ * error once) when THD offsets are inconsistent with the launch. */
+SDPA_DEVICE bool sequence_bounds(const sdpa_kernel_params &p, int b,
+                                 sdpa_i64 &q0, sdpa_i64 &kv0, int &sq,
+                                 int &skv, bool report) {
+#if SDPA_LAYOUT == 1
+  q0 = (sdpa_i64)b * p.seqlen_q;
+  kv0 = (sdpa_i64)b * p.seqlen_kv;
+  sq = p.seqlen_q;
+  skv = p.seqlen_kv;
+  (void)report;
+  return true;
+#else
+  const sdpa_i64 qa = p.cu_seqlens_q[b], qb = p.cu_seqlens_q[b + 1];
+  const sdpa_i64 ka = p.cu_seqlens_kv[b], kb = p.cu_seqlens_kv[b + 1];
+  int err = 0;
+  if (qa < 0 || qb < qa || qb > p.rows_q || ka < 0 || kb < ka || kb > p.rows_kv)
+    err |= SDPA_DEVICE_ERR_OFFSETS;
+  else {
+    if (qb - qa > p.seqlen_q) err |= SDPA_DEVICE_ERR_SEQLEN_Q;
+    if (kb - ka > p.seqlen_kv) err |= SDPA_DEVICE_ERR_SEQLEN_KV;
+  }
+  if (err) {
+    if (report) *(volatile sdpa_i32 *)p.error_flag = err; /* host-mapped */
+    return false;
+  }
+  q0 = qa; kv0 = ka;
+  sq = (int)(qb - qa);
+  skv = (int)(kb - ka);
+  return true;
+#endif
+}
+
+/* Element offset of kv row k0 of kv head hk in sequence b (starting at
+ * token kv0 under THD) of a tensor with these strides. */
+SDPA_DEVICE sdpa_i64 kv_row_offset(int b, sdpa_i64 kv0, int k0, int hk, sdpa_i64 s_batch,
+                                   sdpa_i64 s_seq, sdpa_i64 s_head) {
+#if SDPA_LAYOUT == 1
+  (void)kv0;
+  return (sdpa_i64)b * s_batch + (sdpa_i64)k0 * s_seq + (sdpa_i64)hk * s_head;
+#else
+  (void)b; (void)s_batch;
+  return (kv0 + k0) * s_seq + (sdpa_i64)hk * s_head;
+#endif
+}
+
+/* First 16-row block of dq_accum owned by sequence `b` (sdpa_params.h). */
+SDPA_DEVICE sdpa_i64 dq_block_base(const sdpa_kernel_params &p, int b, sdpa_i64 q0) {
+#if SDPA_LAYOUT == 1
+  (void)q0;
+  return (sdpa_i64)b * p.q_blocks;
+#else
+  return q0 / 16 + b;
+#endif
+}
+
+#endif /* SDPA_SEQ_CUH */
