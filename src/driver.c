@@ -98,6 +98,8 @@ static void load_driver(void) {
                      table.cuGraphAddKernelNode && table.cuGraphInstantiate &&
                      table.cuGraphExecKernelNodeSetParams && table.cuGraphLaunch &&
                      table.cuGraphExecDestroy && table.cuGraphDestroy;
+  RESOLVE_OPTIONAL(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
+  RESOLVE_OPTIONAL(cuFuncGetAttribute, "cuFuncGetAttribute");
 
   CUresult rc = table.cuInit(0);
   if (rc != CUDA_SUCCESS) {

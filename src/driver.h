@@ -64,6 +64,15 @@ typedef struct sdpa_driver {
   CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
   CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
   int has_graphs; /* every graph entry point above resolved */
+  /* Optional: tensor maps for the sm_90a family's bulk tensor copies
+   * (CUDA 12.0+ drivers), and kernel attributes (registers, for tests). */
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType,
+                                     cuuint32_t, void *, const cuuint64_t *,
+                                     const cuuint64_t *, const cuuint32_t *,
+                                     const cuuint32_t *, CUtensorMapInterleave,
+                                     CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                     CUtensorMapFloatOOBfill);
+  CUresult (*cuFuncGetAttribute)(int *, CUfunction_attribute, CUfunction);
 } sdpa_driver;
 
 /* Loads the driver (once per process, thread-safe) and calls cuInit(0).
