@@ -1,0 +1,538 @@
+/*
+ * sdpa_hopper.cuh - flash-attention backward for sm_90a (H100, H200):
+ * wgmma, bulk tensor copies (TMA) on mbarriers, and warp specialization.
+ * The translation unit's entry for the family: it includes the shared
+ * preprocess and convert kernels (sdpa_aux.cuh) unchanged and defines the
+ * main kernel under the same name as the mma family's.
+ *
+ *   sdpa_bwd_main   one CTA per (kv tile of N rows, kv head, sequence),
+ *                   384 threads in three warpgroups:
+ *     warpgroup 0   producer (setmaxnreg.dec to PRODUCER_REGS). Warp 0's
+ *                   lane 0 loads K and V once and then, per step, the
+ *                   step's Q and dO tiles into a STAGES-deep ring (TMA,
+ *                   completing on the stage's `full` mbarrier); warp 1
+ *                   writes the step's LSE * log2 e and Delta rows into the
+ *                   ring (+inf and 0 for rows past the sequence, +inf for
+ *                   rows that see no key) and arrives on the same barrier.
+ *                   Both wait on the stage's `empty` barrier before reuse.
+ *     warpgroups 1, 2   consumers (setmaxnreg.inc to CONSUMER_REGS), each
+ *                   owning 64 of the N kv rows; per step (query head h,
+ *                   query tile it of M rows):
+ *                     S^T  = K Q^T, dP^T = V dO^T   wgmma SS, M = 64 kv
+ *                            rows, N = the query tile, K = head dim
+ *                     P^T  = exp2(S^T * scale log2 e - LSE log2 e)
+ *                            (-inf scores where masked)
+ *                     dS^T = P^T (dP^T - Delta)
+ *                     dV  += P^T dO, dK += dS^T Q   wgmma RS: P^T and
+ *                            dS^T stay in registers as the A operand
+ *                            (an accumulator's 16 columns pack into one
+ *                            k16 A fragment), dO and Q as MN-major B
+ *                     dS^T to shared memory (stmatrix, 128-byte swizzle),
+ *                            a named barrier over both consumers, then
+ *                     dQ   = dS K     wgmma SS (dS MN-major, K MN-major),
+ *                            the query tile split between the consumers
+ *                            (M = 128: 64 rows each; M = 64: half the head
+ *                            dim each), reduced into dq_accum with one
+ *                            red.global.add.v4.f32 per 16x8 fragment (its
+ *                            fragment order is the accumulator's)
+ *                   and releases the stage. After the loop: dK * scale and
+ *                   dV from registers, rows < the kv tile's length.
+ *   dS is double-buffered: a consumer writes step st+1's dS only after
+ *   passing step st's barrier, which both reached after finishing their
+ *   dQ GEMM of step st-1 (the one that read that buffer).
+ *
+ * Parameters (the translation unit #defines them; key fields):
+ *   SDPA_DTYPE 1 fp16 | 2 bf16; SDPA_HEAD_DIM, SDPA_HEAD_DIM_V (equal: 64
+ *   or 128); SDPA_Q_TILE, SDPA_KV_TILE, SDPA_WARPS, SDPA_STAGES as
+ *   sdpa_hopper_choose gives them; SDPA_LSE_PACKED; SDPA_LAYOUT 1 BSHD |
+ *   2 THD; SDPA_MASK 0..3; SDPA_DETERMINISTIC (0 only); SDPA_EVEN;
+ *   SDPA_FOLD_DQ (0 only).
+ *
+ * Launch contract: sdpa_hopper_traits.h (grid, block, shared memory) and
+ * sdpa_tensor_maps.h (the maps). Preprocess before, convert after, as for
+ * the mma family (sdpa_aux.cuh). Reads q, k, v, dout (TMA), lse, delta,
+ * cu_seqlens; writes dk, dv, dq_accum; sets *error_flag bits for bad THD
+ * input. The block index order is the mma family's (decode_block).
+ */
+#include "sdpa_params.h"
+#include "sdpa_tensor_maps.h"
+#include "sdpa_hopper_traits.h"
+#include "sdpa_mma.cuh"
+#include "sdpa_wgmma.cuh"
+#include "sdpa_seq.cuh"
+#include "sdpa_aux.cuh" /* preprocess, convert; defines D, DV, DT */
+
+#define HOP_M SDPA_Q_TILE
+#define HOP_N SDPA_KV_TILE
+#define HOP_STAGES SDPA_STAGES
+#define HOP_THREADS (32 * SDPA_WARPS)
+
+/* The configuration of this key, and the one the traits choose for its
+ * head dims: the translation unit's tiles must be those. */
+constexpr sdpa_hopper_config HOP_CFG = {D, DV, HOP_M, HOP_N, SDPA_WARPS, HOP_STAGES};
+constexpr sdpa_hopper_config HOP_CHOSEN = sdpa_hopper_choose(D, DV);
+static_assert(sdpa_hopper_supported(D, DV, SDPA_DETERMINISTIC), "head dims of the sm_90a family");
+static_assert(HOP_M == HOP_CHOSEN.q_tile && HOP_N == HOP_CHOSEN.kv_tile &&
+                  SDPA_WARPS == HOP_CHOSEN.warps && HOP_STAGES == HOP_CHOSEN.stages,
+              "tiles, warps and stages as sdpa_hopper_choose gives them");
+static_assert(HOP_N == 64 * SDPA_HOPPER_CONSUMERS && SDPA_WARPS == SDPA_HOPPER_WARPS,
+              "each consumer warpgroup owns 64 kv rows");
+static_assert(HOP_M == 128 || HOP_M == 64, "query tile");
+static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
+
+/* Register budgets after setmaxnreg: 128 * P + 256 * C <= 65536. */
+#ifndef SDPA_HOPPER_PRODUCER_REGS
+#define SDPA_HOPPER_PRODUCER_REGS 32
+#endif
+#ifndef SDPA_HOPPER_CONSUMER_REGS
+#define SDPA_HOPPER_CONSUMER_REGS 240
+#endif
+static_assert(128 * SDPA_HOPPER_PRODUCER_REGS + 128 * SDPA_HOPPER_CONSUMERS *
+                                                    SDPA_HOPPER_CONSUMER_REGS <= 65536,
+              "register budget");
+
+/* Shared-memory carve (sdpa_hopper_traits.h). */
+constexpr sdpa_hopper_smem HOP_SMEM = sdpa_hopper_smem_layout(HOP_CFG);
+#define SMEM_K HOP_SMEM.k
+#define SMEM_V HOP_SMEM.v
+#define SMEM_Q HOP_SMEM.q
+#define SMEM_DO HOP_SMEM.dout
+#define SMEM_DS HOP_SMEM.ds
+#define SMEM_LSE HOP_SMEM.lse2
+#define SMEM_DELTA HOP_SMEM.delta
+#define SMEM_BAR HOP_SMEM.bar
+#define Q_TILE_BYTES sdpa_hopper_tile_bytes(HOP_M, D)
+#define DO_TILE_BYTES sdpa_hopper_tile_bytes(HOP_M, DV)
+#define DS_TILE_BYTES sdpa_hopper_tile_bytes(HOP_N, HOP_M)
+#define KV_BYTES (sdpa_hopper_tile_bytes(HOP_N, D) + sdpa_hopper_tile_bytes(HOP_N, DV))
+/* Box strides of each tile (bytes between its 64-column boxes). */
+#define BOX_KV (HOP_N * 128)
+#define BOX_Q (HOP_M * 128)
+#define BOX_DS (HOP_N * 128)
+static_assert(SMEM_K % 1024 == 0 && SMEM_V % 1024 == 0 && SMEM_Q % 1024 == 0 &&
+                  SMEM_DO % 1024 == 0 && SMEM_DS % 1024 == 0 && Q_TILE_BYTES % 1024 == 0 &&
+                  DO_TILE_BYTES % 1024 == 0 && DS_TILE_BYTES % 1024 == 0,
+              "swizzled tiles start 1024-aligned");
+static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
+                  HOP_SMEM.total <= 232448,
+              "the carve fits sm_90's 227 KiB with the base's alignment");
+
+/* Barriers (8 bytes each from SMEM_BAR): full[s], empty[s], kv. */
+#define BAR_FULL(s) (SMEM_BAR + 8 * (s))
+#define BAR_EMPTY(s) (SMEM_BAR + 8 * (HOP_STAGES + (s)))
+#define BAR_KV (SMEM_BAR + 8 * 2 * HOP_STAGES)
+/* Arrivals that complete a phase: full = the TMA thread (with its bytes)
+ * + the 32 lanes of the LSE/Delta warp; empty = the 8 consumer warps. */
+#define FULL_ARRIVALS 33
+#define EMPTY_ARRIVALS (4 * SDPA_HOPPER_CONSUMERS)
+
+/* dQ tile split between the consumers: M = 128, 64 query rows each; else
+ * half the head dim each (each half inside 64-column boxes). */
+#define DQ_SPLIT_M (HOP_M == 128)
+#define DQ_N (DQ_SPLIT_M ? D : D / 2)
+static_assert(DQ_SPLIT_M || (D / 2) % 64 == 0 || D / 2 < 64, "dQ halves inside boxes");
+
+#define LOG2E 1.4426950408889634f
+#define NEG_INF __int_as_float(0xff800000)
+#define POS_INF __int_as_float(0x7f800000)
+
+/* ----------------------------------------------------------- work split */
+
+/* The block's kv tile j, sequence b, kv head hk; the mma family's order
+ * (sdpa_bwd.cuh, decode_block): no mask: x = b * kv_tiles + j; masked:
+ * within groups of p.order_group (sequence, kv head) pairs, kv tile j of
+ * each before j + 1 (heaviest first). */
+SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &hk) {
+  const int kv_tiles = (p.seqlen_kv + HOP_N - 1) / HOP_N;
+#if SDPA_MASK == 0
+  j = blockIdx.x % kv_tiles;
+  b = blockIdx.x / kv_tiles;
+  hk = blockIdx.y;
+#else
+  const sdpa_i64 flat = (sdpa_i64)blockIdx.y * gridDim.x + blockIdx.x;
+  const sdpa_i64 pairs = (sdpa_i64)p.batch * p.heads_kv;
+  const sdpa_i64 span = (sdpa_i64)p.order_group * kv_tiles;
+  const sdpa_i64 group = flat / span, first = group * p.order_group;
+  const int members = (int)min((sdpa_i64)p.order_group, pairs - first);
+  const int r = (int)(flat - group * span);
+  j = r / members;
+  const sdpa_i64 pair = first + r % members;
+  b = (int)(pair / p.heads_kv);
+  hk = (int)(pair % p.heads_kv);
+#endif
+}
+
+/* One CTA's work: kv rows [k0, k0 + kv_valid) of sequence b, kv head hk;
+ * for each query head of the group, query tiles [it_lo, it_hi]. */
+struct Work {
+  int b, hk, sq, skv, k0, kv_valid, it_lo, it_hi, steps, h_first;
+  sdpa_i64 q0, kv0;
+  Band band;
+};
+
+/* Whether query tile `it` needs element-wise masking from the band (the
+ * kv tile's end is handled apart, rows past a sequence by LSE2 = +inf). */
+SDPA_DEVICE bool band_crosses(const Work &w, int it) {
+  const int i0 = it * HOP_M;
+  bool cross = false;
+  if (w.band.right >= 0 && w.k0 + HOP_N - 1 > i0 + w.band.off + w.band.right) cross = true;
+  if (w.band.left >= 0 && w.k0 < i0 + HOP_M - 1 + w.band.off - w.band.left) cross = true;
+  return cross;
+}
+
+/* -------------------------------------------------------------- producer */
+
+/* TMA coordinates of row `row` (of a sequence starting at token `t0`),
+ * head h, sequence b, column box `box`. */
+SDPA_DEVICE void tma_tile(u32 dst, const sdpa_tensor_map *map, u32 bar, int box, int row,
+                          sdpa_i64 t0, int h, int b) {
+#if SDPA_LAYOUT == 1
+  (void)t0;
+  tma_load_4d(dst, map, bar, box * SDPA_HOPPER_BOX_COLS, row, h, b);
+#else
+  (void)b;
+  tma_load_3d(dst, map, bar, box * SDPA_HOPPER_BOX_COLS, (int)(t0 + row), h);
+#endif
+}
+
+/* Warp 0, one lane: K and V once, then each step's Q and dO. */
+SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 base) {
+  tma_prefetch_map(&maps.q);
+  tma_prefetch_map(&maps.k);
+  tma_prefetch_map(&maps.v);
+  tma_prefetch_map(&maps.dout);
+  mbar_arrive_expect_tx(base + BAR_KV, KV_BYTES);
+#pragma unroll
+  for (int x = 0; x < sdpa_hopper_boxes(D); ++x)
+    tma_tile(base + SMEM_K + x * BOX_KV, &maps.k, base + BAR_KV, x, w.k0, w.kv0, w.hk, w.b);
+#pragma unroll
+  for (int x = 0; x < sdpa_hopper_boxes(DV); ++x)
+    tma_tile(base + SMEM_V + x * BOX_KV, &maps.v, base + BAR_KV, x, w.k0, w.kv0, w.hk, w.b);
+  int h = w.h_first, it = w.it_lo;
+#pragma unroll 1
+  for (int st = 0; st < w.steps; ++st) {
+    const int stage = st % HOP_STAGES, use = st / HOP_STAGES;
+    if (use > 0) mbar_wait(base + BAR_EMPTY(stage), (use - 1) & 1);
+    const u32 full = base + BAR_FULL(stage);
+    mbar_arrive_expect_tx(full, Q_TILE_BYTES + DO_TILE_BYTES);
+    const u32 sq_ = base + SMEM_Q + stage * Q_TILE_BYTES;
+    const u32 sdo = base + SMEM_DO + stage * DO_TILE_BYTES;
+#pragma unroll
+    for (int x = 0; x < sdpa_hopper_boxes(D); ++x)
+      tma_tile(sq_ + x * BOX_Q, &maps.q, full, x, it * HOP_M, w.q0, h, w.b);
+#pragma unroll
+    for (int x = 0; x < sdpa_hopper_boxes(DV); ++x)
+      tma_tile(sdo + x * BOX_Q, &maps.dout, full, x, it * HOP_M, w.q0, h, w.b);
+    if (++it > w.it_hi) {
+      it = w.it_lo;
+      ++h;
+    }
+  }
+}
+
+/* Warp 1: each step's LSE2 = LSE * log2 e (+inf for rows past the
+ * sequence and rows with no visible key, so that their P is 0) and Delta
+ * (0 past the sequence) rows. */
+SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 base,
+                              unsigned char *smem) {
+  const int lane = threadIdx.x & 31;
+  int h = w.h_first, it = w.it_lo;
+#pragma unroll 1
+  for (int st = 0; st < w.steps; ++st) {
+    const int stage = st % HOP_STAGES, use = st / HOP_STAGES;
+    if (use > 0) mbar_wait(base + BAR_EMPTY(stage), (use - 1) & 1);
+#if SDPA_LAYOUT == 1
+    const float *lse = p.lse + (sdpa_i64)w.b * p.lse_batch + (sdpa_i64)h * p.lse_head;
+#else
+    const float *lse = p.lse + (sdpa_i64)h * p.lse_head + w.q0 * p.lse_seq;
+#endif
+    const float *delta = p.delta + (sdpa_i64)h * p.rows_q + w.q0;
+    float *s_lse = (float *)(smem + SMEM_LSE) + stage * HOP_M;
+    float *s_delta = (float *)(smem + SMEM_DELTA) + stage * HOP_M;
+#pragma unroll
+    for (int r = lane; r < HOP_M; r += 32) {
+      const int i = it * HOP_M + r;
+      float l2 = POS_INF, dl = 0.f;
+      if (SDPA_EVEN || i < w.sq) {
+#if SDPA_LSE_PACKED
+        const float l = lse[i];
+#else
+        const float l = lse[(sdpa_i64)i * p.lse_seq];
+#endif
+        l2 = l == NEG_INF ? POS_INF : l * LOG2E;
+        dl = delta[i];
+      }
+      s_lse[r] = l2;
+      s_delta[r] = dl;
+    }
+    mbar_arrive(base + BAR_FULL(stage));
+    if (++it > w.it_hi) {
+      it = w.it_lo;
+      ++h;
+    }
+  }
+}
+
+/* -------------------------------------------------------------- consumer */
+
+/* Scores outside the band, and rows past the kv tile's end, become -inf
+ * (P = 0). Element (kv row r, query column c) of the thread: r = row0 +
+ * 8*(e/2), c = 8j + 2t + e%2. */
+SDPA_DEVICE void mask_scores(float (&s)[HOP_M / 2], const Work &w, int row0, int t, int i0,
+                             bool band) {
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = row0 + 8 * hf;
+    const bool row_ok = SDPA_EVEN || r < w.kv_valid;
+    /* key - query - off at column 0 of the tile */
+    const int dk = w.k0 + r - i0 - w.band.off;
+#pragma unroll
+    for (int j = 0; j < HOP_M / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int dd = dk - (8 * j + 2 * t + e);
+        bool ok = row_ok;
+        if (band) {
+          if (w.band.right >= 0 && dd > w.band.right) ok = false;
+          if (w.band.left >= 0 && dd < -w.band.left) ok = false;
+        }
+        if (!ok) s[4 * j + 2 * hf + e] = NEG_INF;
+      }
+  }
+}
+
+/* The dQ GEMM of one consumer: dq = dS[q rows q_off.., all kv] *
+ * K[all kv, d_off..d_off + DQ_N). */
+SDPA_DEVICE void dq_gemm(float (&dq)[DQ_N / 2], u32 s_ds, u32 s_k, int q_off, int d_off) {
+  const u32 a0 = s_ds + (q_off / 64) * BOX_DS + (q_off % 64) * 2;
+  const u32 b0 = s_k + (d_off / 64) * BOX_KV + (d_off % 64) * 2;
+#pragma unroll
+  for (int kk = 0; kk < HOP_N / 16; ++kk)
+    wgmma_ss<DQ_N, 1, 1>(dq, gmma_desc(a0 + kk * 2048, BOX_DS, 1024),
+                         gmma_desc(b0 + kk * 2048, BOX_KV, 1024), kk > 0);
+}
+
+SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
+                         const unsigned char *smem, int cw) {
+  const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int row0 = 64 * cw + 16 * wi + g; /* kv row of e = 0, 1 */
+
+  float acc_dk[D / 2], acc_dv[DV / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) acc_dk[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < DV / 2; ++i) acc_dv[i] = 0.f;
+
+  const u32 s_k = base + SMEM_K, s_v = base + SMEM_V;
+  const bool kv_partial = !SDPA_EVEN && w.k0 + HOP_N > w.skv;
+  const float scale_log2 = p.scale_log2;
+  const int q_off = DQ_SPLIT_M ? 64 * cw : 0, d_off = DQ_SPLIT_M ? 0 : cw * DQ_N;
+  const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
+  const sdpa_i64 blk0 = dq_block_base(p, w.b, w.q0);
+
+  if (w.steps > 0) mbar_wait(base + BAR_KV, 0);
+  int h = w.h_first, it = w.it_lo;
+#pragma unroll 1
+  for (int st = 0; st < w.steps; ++st) {
+    const int stage = st % HOP_STAGES, use = st / HOP_STAGES;
+    const int i0 = it * HOP_M;
+    mbar_wait(base + BAR_FULL(stage), use & 1);
+    const u32 s_q = base + SMEM_Q + stage * Q_TILE_BYTES;
+    const u32 s_do = base + SMEM_DO + stage * DO_TILE_BYTES;
+    const u32 s_ds = base + SMEM_DS + (st & 1) * DS_TILE_BYTES;
+
+    /* ---- S^T = K Q^T, dP^T = V dO^T (this consumer's 64 kv rows). */
+    float s[HOP_M / 2], dp[HOP_M / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int x = kk / 4, c = (kk % 4) * 32;
+      wgmma_ss<HOP_M, 0, 0>(s, gmma_desc(s_k + x * BOX_KV + cw * 64 * 128 + c, 16, 1024),
+                            gmma_desc(s_q + x * BOX_Q + c, 16, 1024), kk > 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < DV / 16; ++kk) {
+      const int x = kk / 4, c = (kk % 4) * 32;
+      wgmma_ss<HOP_M, 0, 0>(dp, gmma_desc(s_v + x * BOX_KV + cw * 64 * 128 + c, 16, 1024),
+                            gmma_desc(s_do + x * BOX_Q + c, 16, 1024), kk > 0);
+    }
+    wgmma_commit();
+
+    /* ---- P^T, packed as the A operand of dV += P^T dO. */
+    wgmma_wait<1>();
+    reg_fence(s);
+    const bool band = band_crosses(w, it);
+    if (band || kv_partial) mask_scores(s, w, row0, t, i0, band);
+    u32 pf[HOP_M / 16][4], df[HOP_M / 16][4];
+    {
+      const float *l2s = (const float *)(smem + SMEM_LSE) + stage * HOP_M;
+      const float *dls = (const float *)(smem + SMEM_DELTA) + stage * HOP_M;
+#pragma unroll
+      for (int j = 0; j < HOP_M / 8; ++j) {
+        const float2 l = *(const float2 *)(l2s + 8 * j + 2 * t);
+        s[4 * j + 0] = fast_exp2(fmaf(s[4 * j + 0], scale_log2, -l.x));
+        s[4 * j + 1] = fast_exp2(fmaf(s[4 * j + 1], scale_log2, -l.y));
+        s[4 * j + 2] = fast_exp2(fmaf(s[4 * j + 2], scale_log2, -l.x));
+        s[4 * j + 3] = fast_exp2(fmaf(s[4 * j + 3], scale_log2, -l.y));
+      }
+#pragma unroll
+      for (int kk = 0; kk < HOP_M / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          pf[kk][r] = pack2<DT>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+
+      /* ---- dS^T = P^T (dP^T - Delta). */
+      wgmma_wait<0>();
+      reg_fence(dp);
+#pragma unroll
+      for (int j = 0; j < HOP_M / 8; ++j) {
+        const float2 dl = *(const float2 *)(dls + 8 * j + 2 * t);
+        dp[4 * j + 0] = s[4 * j + 0] * (dp[4 * j + 0] - dl.x);
+        dp[4 * j + 1] = s[4 * j + 1] * (dp[4 * j + 1] - dl.y);
+        dp[4 * j + 2] = s[4 * j + 2] * (dp[4 * j + 2] - dl.x);
+        dp[4 * j + 3] = s[4 * j + 3] * (dp[4 * j + 3] - dl.y);
+      }
+#pragma unroll
+      for (int kk = 0; kk < HOP_M / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          df[kk][r] = pack2<DT>(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+    }
+
+    /* ---- dV += P^T dO (dO MN-major: k = query rows down the tile). */
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HOP_M / 16; ++kk)
+      wgmma_rs<DV, 1>(acc_dv, pf[kk], gmma_desc(s_do + kk * 2048, BOX_Q, 1024), 1);
+    wgmma_commit();
+
+    /* ---- dS^T to shared memory: rows = kv rows, 64-column boxes of query
+     * columns, 128-byte swizzle. stmatrix x4: matrices (rows 0-7, cols
+     * 16kk..+7), (rows 8-15, same), (rows 0-7, cols +8), (rows 8-15, +8);
+     * lane l addresses row l % 8 of matrix l / 8. */
+    {
+      const int mq = lane >> 3, mi = lane & 7;
+      const int r = 64 * cw + 16 * wi + mi + 8 * (mq & 1);
+#pragma unroll
+      for (int kk = 0; kk < HOP_M / 16; ++kk) {
+        const int c = 2 * kk + (mq >> 1); /* 8-column chunk */
+        const u32 a = s_ds + (c / 8) * BOX_DS + r * 128 + (((c % 8) ^ mi) << 4);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a),
+                     "r"(df[kk][0]), "r"(df[kk][1]), "r"(df[kk][2]), "r"(df[kk][3])
+                     : "memory");
+      }
+    }
+    fence_proxy_async();
+
+    /* ---- dK += dS^T Q (Q MN-major). */
+#pragma unroll
+    for (int kk = 0; kk < HOP_M / 16; ++kk)
+      wgmma_rs<D, 1>(acc_dk, df[kk], gmma_desc(s_q + kk * 2048, BOX_Q, 1024), 1);
+    wgmma_commit();
+
+    /* ---- dQ = dS K once both consumers' dS rows are in. */
+    named_barrier_sync(1, 128 * SDPA_HOPPER_CONSUMERS);
+    float dq[DQ_N / 2];
+    wgmma_fence();
+    dq_gemm(dq, s_ds, s_k, q_off, d_off);
+    wgmma_commit();
+
+    /* dV, dK done: the stage's Q and dO are free. */
+    wgmma_wait<1>();
+    if (lane == 0) mbar_arrive(base + BAR_EMPTY(stage));
+    wgmma_wait<0>();
+    reg_fence(dq);
+
+    /* ---- dq_accum += dQ, one 16x8 fragment per vector reduction; warp wi
+     * holds 16-row block (i0 + q_off) / 16 + wi. */
+    if (SDPA_EVEN || i0 + q_off + 16 * wi < w.sq) {
+      float *dqa = p.dq_accum + (blk0 + (i0 + q_off) / 16 + wi) * blk_elems +
+                   (sdpa_i64)h * (D * 16) + (d_off / 8) * 128;
+#pragma unroll
+      for (int j = 0; j < DQ_N / 8; ++j) {
+        const float v4[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
+        red_frag(dqa + j * 128, lane, v4);
+      }
+    }
+    if (++it > w.it_hi) {
+      it = w.it_lo;
+      ++h;
+    }
+  }
+
+  /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
+  u16 *dk = (u16 *)p.dk + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head);
+  u16 *dv = (u16 *)p.dv + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dv_batch, p.dv_seq, p.dv_head);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = row0 + 8 * hf;
+    if (SDPA_EVEN || r < w.kv_valid) {
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j)
+        *(u32 *)(dk + (sdpa_i64)r * p.dk_seq + 8 * j + 2 * t) =
+            pack2<DT>(acc_dk[4 * j + 2 * hf] * p.scale, acc_dk[4 * j + 2 * hf + 1] * p.scale);
+#pragma unroll
+      for (int j = 0; j < DV / 8; ++j)
+        *(u32 *)(dv + (sdpa_i64)r * p.dv_seq + 8 * j + 2 * t) =
+            pack2<DT>(acc_dv[4 * j + 2 * hf], acc_dv[4 * j + 2 * hf + 1]);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ main */
+
+extern "C" __global__ void __launch_bounds__(HOP_THREADS, 1)
+sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
+              const __grid_constant__ sdpa_tensor_maps maps) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 raw = smem_u32(smem_raw);
+  const u32 base = (raw + 1023) & ~1023u;
+  unsigned char *smem = smem_raw + (base - raw);
+
+  Work w;
+  int j;
+  decode_block(p, j, w.b, w.hk);
+  if (!sequence_bounds(p, w.b, w.q0, w.kv0, w.sq, w.skv,
+                       j == 0 && w.hk == 0 && threadIdx.x == 0))
+    return;
+  w.k0 = j * HOP_N;
+  if (w.k0 >= w.skv) return;
+  w.kv_valid = min(HOP_N, w.skv - w.k0);
+  w.band = make_band(p, w.sq, w.skv);
+  {
+    int lo = 0, hi = w.sq - 1;
+    if (w.band.right >= 0) lo = max(lo, w.k0 - w.band.off - w.band.right);
+    if (w.band.left >= 0) hi = min(hi, w.k0 + w.kv_valid - 1 - w.band.off + w.band.left);
+    w.it_lo = lo / HOP_M;
+    w.it_hi = lo <= hi ? hi / HOP_M : w.it_lo - 1;
+  }
+  w.steps = w.it_hi >= w.it_lo ? (w.it_hi - w.it_lo + 1) * p.group : 0;
+  w.h_first = w.hk * p.group;
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < HOP_STAGES; ++s) {
+      mbar_init(base + BAR_FULL(s), FULL_ARRIVALS);
+      mbar_init(base + BAR_EMPTY(s), EMPTY_ARRIVALS);
+    }
+    mbar_init(base + BAR_KV, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x >> 7;
+  if (wg == 0) {
+    setmaxnreg_dec<SDPA_HOPPER_PRODUCER_REGS>();
+    const int warp = threadIdx.x >> 5;
+    if (warp == 0) {
+      if ((threadIdx.x & 31) == 0 && w.steps > 0) produce_tiles(maps, w, base);
+    } else if (warp == 1) {
+      produce_rows(p, w, base, smem);
+    }
+  } else {
+    setmaxnreg_inc<SDPA_HOPPER_CONSUMER_REGS>();
+    consume(p, w, base, smem, wg - 1);
+  }
+}

@@ -1,0 +1,115 @@
+/*
+ * sdpa_hopper_traits.h - the sm_90a family's configuration as functions of
+ * one struct, read by the host (C11: plan, launch) and by the kernel
+ * (NVRTC: C++17 constexpr; sdpa_hopper.cuh takes its shared-memory carve
+ * from sdpa_hopper_smem_layout and static_asserts the translation unit's
+ * defines against sdpa_hopper_choose). One home for each fact: tiles by
+ * head dim, threads, the shared-memory carve, the grid.
+ *
+ * Plain C (no toolkit header), like sdpa_params.h.
+ *
+ * Launch of the family's sdpa_bwd_main (preprocess before it and convert
+ * after it as for the mma family, sdpa_aux.cuh):
+ *   grid   x = sdpa_hopper_grid_x(c, seqlen_kv, batch) = ceil(seqlen_kv /
+ *          kv_tile) * batch (THD: seqlen_kv is the max_s hint),
+ *          y = heads_kv
+ *   block  sdpa_hopper_threads(c) = 384
+ *   dynamic shared memory sdpa_hopper_smem_layout(c).total (set
+ *          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it: it is
+ *          over 48 KiB)
+ *   params (sdpa_kernel_params p, sdpa_tensor_maps maps), p filled as for
+ *          the mma family with this family's tiles: p.q_tiles =
+ *          ceil(seqlen_q / q_tile), p.order_group for kv_tile.
+ */
+#ifndef SDPA_HOPPER_TRAITS_H
+#define SDPA_HOPPER_TRAITS_H
+
+#ifdef __cplusplus
+#define SDPA_HOPPER_TRAIT static constexpr inline
+#else
+#define SDPA_HOPPER_TRAIT static inline
+#endif
+
+/* MMA warpgroups (each owns 64 kv rows), warps per block (one producer
+ * warpgroup besides), and the columns of one TMA box (128 bytes). */
+#define SDPA_HOPPER_CONSUMERS 2
+#define SDPA_HOPPER_WARPS (4 * (SDPA_HOPPER_CONSUMERS + 1))
+#define SDPA_HOPPER_BOX_COLS 64
+
+/* One configuration: the key fields that shape the kernel. */
+typedef struct sdpa_hopper_config {
+  int head_dim, head_dim_v;
+  int q_tile;  /* M: query rows per step             */
+  int kv_tile; /* N: kv rows per block (64 a consumer) */
+  int warps;   /* SDPA_HOPPER_WARPS                  */
+  int stages;  /* Q/dO ring depth                    */
+} sdpa_hopper_config;
+
+/* Whether the family compiles these head dims (and mask, deterministic
+ * flag): head_dim == head_dim_v in {64, 128}, not deterministic. */
+SDPA_HOPPER_TRAIT int sdpa_hopper_supported(int head_dim, int head_dim_v, int deterministic) {
+  return head_dim == head_dim_v && (head_dim == 64 || head_dim == 128) && !deterministic;
+}
+
+/* The configuration for a key: q tile 128 at head_dim 64 (the S^T and
+ * dP^T accumulators are 64 x 128 per consumer next to 64 + 64 dK/dV
+ * registers), 64 above (128 dK/dV registers); kv tile 128 (two
+ * consumers of 64 rows); two stages. */
+SDPA_HOPPER_TRAIT sdpa_hopper_config sdpa_hopper_choose(int head_dim, int head_dim_v) {
+  sdpa_hopper_config c = {0, 0, 0, 0, 0, 0};
+  c.head_dim = head_dim;
+  c.head_dim_v = head_dim_v;
+  c.q_tile = head_dim <= 64 ? 128 : 64;
+  c.kv_tile = 64 * SDPA_HOPPER_CONSUMERS;
+  c.warps = SDPA_HOPPER_WARPS;
+  c.stages = 2;
+  return c;
+}
+
+SDPA_HOPPER_TRAIT int sdpa_hopper_threads(sdpa_hopper_config c) { return 32 * c.warps; }
+
+/* 64-column boxes of a row of `cols` 16-bit elements, and the bytes of a
+ * [rows x cols] tile stored as boxes of [rows][128 bytes]. */
+SDPA_HOPPER_TRAIT int sdpa_hopper_boxes(int cols) {
+  return (cols + SDPA_HOPPER_BOX_COLS - 1) / SDPA_HOPPER_BOX_COLS;
+}
+SDPA_HOPPER_TRAIT int sdpa_hopper_tile_bytes(int rows, int cols) {
+  return sdpa_hopper_boxes(cols) * rows * 128;
+}
+
+/* Byte offsets of the shared-memory regions from the kernel's
+ * 1024-aligned base (the 128-byte swizzle needs every tile 1024-aligned),
+ * in order:
+ *   K [N x d], V [N x dv]                 resident, TMA
+ *   Q [stages][M x d], dO [stages][M x dv]  TMA ring
+ *   dS [2][N x M]  kv rows x query columns, boxes of 64 query columns
+ *   lse2 [stages][M] fp32: LSE * log2 e, +inf for rows past the sequence
+ *        or with no visible key; delta [stages][M] fp32 (0 past it)
+ *   bar  mbarriers: full[stages], empty[stages], kv (8 bytes each)
+ * `carve` is where they end; `total`, the dynamic shared memory to launch
+ * with, adds 1024 bytes for the alignment of the base. */
+typedef struct sdpa_hopper_smem {
+  int k, v, q, dout, ds, lse2, delta, bar, carve, total;
+} sdpa_hopper_smem;
+
+SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c) {
+  sdpa_hopper_smem s = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  s.k = 0;
+  s.v = s.k + sdpa_hopper_tile_bytes(c.kv_tile, c.head_dim);
+  s.q = s.v + sdpa_hopper_tile_bytes(c.kv_tile, c.head_dim_v);
+  s.dout = s.q + c.stages * sdpa_hopper_tile_bytes(c.q_tile, c.head_dim);
+  s.ds = s.dout + c.stages * sdpa_hopper_tile_bytes(c.q_tile, c.head_dim_v);
+  s.lse2 = s.ds + 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile);
+  s.delta = s.lse2 + c.stages * c.q_tile * 4;
+  s.bar = s.delta + c.stages * c.q_tile * 4;
+  s.carve = s.bar + 8 * (2 * c.stages + 1);
+  s.total = s.carve + 1024;
+  return s;
+}
+
+/* Blocks in x: one per kv tile of each sequence. */
+SDPA_HOPPER_TRAIT long long sdpa_hopper_grid_x(sdpa_hopper_config c, int seqlen_kv, int batch) {
+  return ((long long)seqlen_kv + c.kv_tile - 1) / c.kv_tile * (long long)batch;
+}
+
+#endif /* SDPA_HOPPER_TRAITS_H */
