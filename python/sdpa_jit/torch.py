@@ -1,0 +1,792 @@
+"""sdpa_jit.torch -- scaled-dot-product attention for PyTorch whose
+backward runs sdpa-jit.
+
+    from sdpa_jit.torch import attention, varlen_attention
+    out = attention(q, k, v, causal="top_left")           # q, k, v: [B, H, S, D]
+    out = varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal="bottom_right")  # [T, H, D]
+
+The forward is PyTorch's own fused kernel that returns the log-sum-exp:
+FlashAttention-2 (``aten._flash_attention_forward``: every mask, GQA,
+varlen), or the memory-efficient kernel
+(``aten._scaled_dot_product_efficient_attention``) for the cases flash
+cannot express (top-left causal with seqlen_q < seqlen_kv, head_dim_v <
+head_dim). The backward is sdpa-jit's ``sdpa_bwd_execute``, which reads
+PyTorch's tensors where they lie: every tensor by its strides (a
+[B, H, S, D] tensor is a BSHD tensor with its own strides), and the LSE by
+its strides too (flash's packed [B, H, S] or [H, T], the memory-efficient
+kernel's rows padded to 32), so nothing is copied. Inputs whose layout the
+kernels cannot read (a last dim that is not contiguous, strides that are
+not multiples of 8 elements, pointers not 16-byte aligned) are copied to a
+contiguous layout first.
+
+Masks (sdpa-jit's semantics; the forward's are checked against them by
+the tests): ``causal="top_left"``: key j visible to query i iff j <= i;
+``"bottom_right"``: iff j <= i + Skv - Sq; ``window=(left, right)``: iff
+i + off - left <= j <= i + off + right with off = Skv - Sq (the
+bottom-right diagonal), -1 unbounded; with ``causal`` the right side is
+0. GQA (``enable_gqa=True``): query head h reads kv head h // (Hq / Hkv).
+
+Plans are made once per descriptor (shape class, strides, device) and kept
+(at most PLAN_CACHE_SIZE, least recently made dropped); the workspace
+comes from PyTorch's caching allocator; the backward runs on the current
+stream. A plan used in a CUDA context where its kernels are not loaded
+(execute answers SDPA_STATUS_NOT_COMPILED) is compiled in that context
+and executed again.
+
+The ops are ``torch.library`` custom ops (``sdpa_jit::attention_forward``,
+``sdpa_jit::attention_backward``, ``sdpa_jit::varlen_attention_forward``,
+``sdpa_jit::varlen_attention_backward``) with fake implementations and a
+registered autograd formula, so they trace under ``torch.compile``
+(fullgraph) and can be captured in CUDA graphs. Eager calls take an
+``autograd.Function`` over the same implementations (less dispatch
+overhead); compiled code takes the custom ops.
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import math
+import threading
+import time
+
+import torch
+
+from . import _capi
+from ._capi import BwdDesc, BwdTensors, Dtype, Layout, LseStrides, Mask, Source, Status, Strides
+from .runtime import Plan, default_runtime
+
+__all__ = ["attention", "varlen_attention", "compile_records", "plan_count", "clear_plans",
+           "PLAN_CACHE_SIZE"]
+
+PLAN_CACHE_SIZE = 1024
+
+_DTYPES = {torch.float16: Dtype.FP16, torch.bfloat16: Dtype.BF16}
+_CAUSAL = {None: Mask.NONE, "top_left": Mask.CAUSAL_TOP_LEFT, "bottom_right": Mask.CAUSAL_BOTTOM_RIGHT}
+_MASK_NAMES = {Mask.NONE: "none", Mask.CAUSAL_TOP_LEFT: "causal top_left",
+               Mask.CAUSAL_BOTTOM_RIGHT: "causal bottom_right", Mask.SLIDING_WINDOW: "window"}
+_NONE, _TL, _BR, _WINDOW = (int(Mask.NONE), int(Mask.CAUSAL_TOP_LEFT), int(Mask.CAUSAL_BOTTOM_RIGHT),
+                            int(Mask.SLIDING_WINDOW))
+
+# Testing: fill dq, dk, dv and the workspace with NaN before each backward,
+# so a result that was not written shows.
+_poison_outputs = False
+
+# ------------------------------------------------------------ arguments
+
+
+def _resolve_mask(fn, causal, window, equal_lengths):
+    """(mask, window_left, window_right) from the user's causal/window.
+    `equal_lengths`: whether seqlen_q == seqlen_kv (for every sequence)."""
+    if causal not in _CAUSAL:
+        raise ValueError(f"{fn}: causal={causal!r} is not allowed: use None, 'top_left' (key j visible to "
+                         f"query i iff j <= i) or 'bottom_right' (iff j <= i + seqlen_kv - seqlen_q)")
+    if window is None:
+        return int(_CAUSAL[causal]), -1, -1
+    try:
+        left, right = window
+        left, right = int(left), int(right)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: window must be a (left, right) pair of ints (-1: unbounded), "
+                        f"not {window!r}") from None
+    if left < -1 or right < -1:
+        raise ValueError(f"{fn}: window={window!r} is not allowed: each side must be >= 0, or -1 for "
+                         f"unbounded")
+    if causal == "top_left" and not equal_lengths:
+        raise ValueError(f"{fn}: causal='top_left' cannot be combined with a window when seqlen_q != "
+                         f"seqlen_kv: the window is anchored on the bottom-right diagonal (key j visible "
+                         f"to query i iff i+off-left <= j <= i+off+right, off = seqlen_kv - seqlen_q); "
+                         f"use causal='bottom_right'")
+    if causal is not None:
+        right = 0
+    if left == -1 and right == -1:
+        return _NONE, -1, -1
+    if left == -1 and right == 0:
+        return _BR, -1, -1
+    return _WINDOW, left, right
+
+
+def _check_scale(fn, scale, head_dim):
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    scale = float(scale)
+    if not math.isfinite(scale) or scale == 0.0:
+        raise ValueError(f"{fn}: scale={scale!r} is not allowed: give a finite nonzero softmax scale, or "
+                         f"None for 1/sqrt(head_dim)")
+    return scale
+
+
+def _check_tensors(fn, names, tensors, dims):
+    first = tensors[0]
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, not {type(t).__name__}")
+        if t.dim() != dims:
+            layout = "[B, H, S, D]" if dims == 4 else "[T, H, D]"
+            raise ValueError(f"{fn}: {name} has shape {tuple(t.shape)}: expected {dims} dims {layout}")
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"{fn}: {name}.dtype is {t.dtype}: supported are torch.float16 and "
+                            f"torch.bfloat16 (cast the inputs, e.g. under torch.autocast)")
+        if t.device.type != "cuda":
+            raise ValueError(f"{fn}: {name} is on {t.device}: sdpa_jit needs CUDA tensors")
+        if t.dtype != first.dtype:
+            raise TypeError(f"{fn}: {name}.dtype is {t.dtype} but {names[0]}.dtype is {first.dtype}: "
+                            f"q, k and v must have one dtype")
+        if t.device != first.device:
+            raise ValueError(f"{fn}: {name} is on {t.device} but {names[0]} is on {first.device}: "
+                             f"q, k and v must be on one device")
+
+
+def _check_heads(fn, hq, hkv, enable_gqa):
+    if hq != hkv:
+        if not enable_gqa:
+            raise ValueError(f"{fn}: q has {hq} heads and k/v {hkv}: pass enable_gqa=True for grouped-query "
+                             f"attention (query head h reads kv head h // (Hq / Hkv))")
+        if hkv == 0 or hq % hkv != 0:
+            raise ValueError(f"{fn}: q's {hq} heads are not a multiple of k/v's {hkv}: with GQA each kv "
+                             f"head serves a whole group of query heads")
+
+
+# Which head dims the kernels support is the C library's knowledge: a plan
+# for a tiny packed problem is made (no compile) and its error passed on.
+_supported = {}
+
+
+def _check_supported(fn, device, dtype, head_dim, head_dim_v, layout):
+    if not isinstance(head_dim, int) or not isinstance(head_dim_v, int):
+        return  # symbolic sizes: the backward's plan checks them
+    key = (dtype, head_dim, head_dim_v, layout)
+    hit = _supported.get(key)
+    if hit is None:
+        try:
+            arch = _device_arch(device.index)
+        except Exception:  # fake tensors on a machine without a GPU
+            return
+        desc = BwdDesc.init(dtype=_DTYPES[dtype], layout=layout, batch=1, heads_q=1, heads_kv=1,
+                            seqlen_q=128, seqlen_kv=128, head_dim=head_dim, head_dim_v=head_dim_v,
+                            arch=arch)
+        try:
+            Plan(default_runtime(), desc).destroy()
+            hit = ""
+        except _capi.SdpaError as e:
+            hit = e.message
+        _supported[key] = hit
+    if hit:
+        raise ValueError(f"{fn}: head_dim {head_dim} (q, k) / head_dim_v {head_dim_v} (v) in {dtype} is not "
+                         f"supported by sdpa-jit's backward: {hit}")
+
+
+_archs = {}
+
+
+def _device_arch(index):
+    arch = _archs.get(index)
+    if arch is None:
+        major, minor = torch.cuda.get_device_capability(index)
+        arch = _archs[index] = major * 10 + minor
+    return arch
+
+
+# --------------------------------------------------------------- forward
+# Layout of the forward's outputs as PyTorch's meta functions say, so the
+# fake implementations (which run the same code on fake tensors) and the
+# real ones agree; a real output in another layout is copied into it.
+_expected_layout = {}
+
+
+def _conform(key, tensor, meta_fn):
+    """`tensor`, or a copy of it in the layout meta_fn() (run once per key on
+    meta tensors) gives."""
+    expected = _expected_layout.get(key)
+    if expected is None:
+        meta = meta_fn()
+        expected = _expected_layout[key] = (tuple(meta.shape), tuple(meta.stride()))
+    if tuple(tensor.shape) == expected[0] and tuple(tensor.stride()) == expected[1]:
+        return tensor
+    return torch.empty_strided(expected[0], expected[1], dtype=tensor.dtype,
+                               device=tensor.device).copy_(tensor)
+
+
+def _meta_like(t):
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def _dense_forward_kind(sq, skv, d, dv, mask, wl, wr):
+    """How PyTorch's forward computes the mask: ("flash", is_causal, left,
+    right) or ("efficient", is_causal). Raises ValueError for a case neither
+    fused kernel expresses exactly."""
+    fn = "sdpa_jit.torch.attention"
+    if d != dv:
+        if mask == _NONE:
+            return ("efficient", False)
+        if mask == _TL or (mask == _BR and sq == skv):
+            return ("efficient", True)
+        raise ValueError(f"{fn}: head_dim_v {dv} != head_dim {d} is supported with no mask or causal "
+                         f"top_left (PyTorch's memory-efficient forward; flash needs equal head dims), "
+                         f"not with {_MASK_NAMES[Mask(mask)]} at seqlen_q {sq} != seqlen_kv {skv}")
+    if mask == _NONE:
+        return ("flash", False, -1, -1)
+    if mask == _BR:
+        return ("flash", True, -1, -1)
+    if mask == _TL:
+        if sq == skv:
+            return ("flash", True, -1, -1)
+        if skv < sq < 2 * skv:  # j <= i is the window (-1, sq - skv) on the bottom-right diagonal
+            return ("flash", False, -1, sq - skv)
+        return ("efficient", True)
+    # A window. FlashAttention-2 treats right >= seqlen_kv as unbounded,
+    # which is exact only from right >= seqlen_q - 1 on.
+    if wr != -1 and wr >= sq - 1:
+        wr = -1
+    if wr != -1 and wr >= skv:
+        raise ValueError(f"{fn}: window right {wr} with seqlen_q {sq} > seqlen_kv {skv} is not expressible "
+                         f"in PyTorch's flash forward (it treats right >= seqlen_kv as unbounded)")
+    return ("flash", False, wl, wr)
+
+
+def _empty_forward(q, v, sq):
+    """Outputs for an empty problem: O = 0 (no key: the softmax is empty),
+    LSE = +inf (what flash writes for a row with no visible key)."""
+    b, h = q.shape[0], q.shape[1]
+    out = torch.zeros(b, sq, h, v.shape[-1], dtype=q.dtype, device=q.device).transpose(1, 2)
+    lse = torch.full((b, h, sq), float("inf"), dtype=torch.float32, device=q.device)
+    return out, lse
+
+
+def _forward_dense(q, k, v, mask, wl, wr, scale):
+    """(out [B, H, Sq, Dv], lse) by PyTorch's fused forward."""
+    b, hq, sq, d = q.shape
+    hkv, skv, dv = k.shape[1], k.shape[2], v.shape[3]
+    _check_supported("sdpa_jit.torch.attention", q.device, q.dtype, d, dv, Layout.BSHD)
+    if b == 0 or hq == 0 or sq == 0 or skv == 0:
+        return _empty_forward(q, v, sq)
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    if v.stride(-1) != 1:
+        v = v.contiguous()
+    kind = _dense_forward_kind(sq, skv, d, dv, mask, wl, wr)
+    if kind[0] == "flash":
+        _, is_causal, left, right = kind
+
+        def run(q, k, v):
+            out, lse = torch.ops.aten._flash_attention_forward(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, None, sq, skv, 0.0,
+                is_causal, False, scale=scale, window_size_left=left, window_size_right=right)[:2]
+            return out.transpose(1, 2), lse
+    else:
+        is_causal = kind[1]
+        group = hq // hkv
+
+        def run(q, k, v):
+            if group > 1:
+                k = k.repeat_interleave(group, dim=1)
+                v = v.repeat_interleave(group, dim=1)
+            out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
+                q, k, v, None, True, 0.0, is_causal, scale=scale)[:2]
+            return out, lse
+    out, lse = run(q, k, v)
+    if not isinstance(out, torch._subclasses.FakeTensor) and out.device.type != "meta":
+        key = (kind, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride())
+        metas = []
+
+        def meta(i):
+            if not metas:
+                with torch.no_grad():
+                    metas.extend(run(_meta_like(q), _meta_like(k), _meta_like(v)))
+            return metas[i]
+
+        out = _conform(key + ("out",), out, lambda: meta(0))
+        lse = _conform(key + ("lse",), lse, lambda: meta(1))
+    return out, lse
+
+
+def _forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, mask, wl, wr, scale):
+    """(out [Tq, H, Dv], lse [H, Tq]) by PyTorch's flash varlen forward."""
+    _check_supported("sdpa_jit.torch.varlen_attention", q.device, q.dtype, q.shape[-1], v.shape[-1],
+                     Layout.THD)
+    tq, hq = q.shape[0], q.shape[1]
+    if tq == 0 or hq == 0 or max_q == 0 or k.shape[0] == 0 or max_k == 0:
+        out = torch.zeros(tq, hq, v.shape[-1], dtype=q.dtype, device=q.device)
+        return out, torch.full((hq, tq), float("inf"), dtype=torch.float32, device=q.device)
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    if v.stride(-1) != 1:
+        v = v.contiguous()
+    is_causal = mask in (_TL, _BR)
+    left, right = (wl, wr) if mask == _WINDOW else (-1, -1)
+    out, lse = torch.ops.aten._flash_attention_forward(
+        q, k, v, cu_q, cu_k, max_q, max_k, 0.0, is_causal, False, scale=scale,
+        window_size_left=left, window_size_right=right)[:2]
+    if lse.dim() != 2:
+        raise RuntimeError(f"sdpa_jit.torch.varlen_attention: PyTorch's flash varlen forward returned an LSE "
+                           f"of shape {tuple(lse.shape)}; sdpa-jit reads the packed [heads, total_q] LSE")
+    return out, lse
+
+
+# -------------------------------------------------------------- backward
+
+
+class _Entry:
+    """A plan ready to execute: its handle, workspace size, and which of the
+    call's tensors (dout, q, k, v, out / dq, dk, dv) must first be made
+    contiguous because the kernels cannot read their layout."""
+    __slots__ = ("plan", "handle", "workspace_bytes", "fix_in", "fix_out")
+
+    def __init__(self, plan, fix_in, fix_out):
+        self.plan = plan
+        self.handle = plan.handle if plan is not None else None
+        self.workspace_bytes = plan.workspace_size if plan is not None else 0
+        self.fix_in = fix_in
+        self.fix_out = fix_out
+
+
+_plans = collections.OrderedDict()
+_plans_lock = threading.Lock()
+_records = []
+_records_lock = threading.Lock()
+_execute = None
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(index):
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+def compile_records():
+    """One dict per kernel compile this process asked for: device, key,
+    key_hash, source ("MEMORY", "SHIPPED", "DISK", "COMPILED"), seconds and
+    reason ("first use" or "not loaded in this context")."""
+    with _records_lock:
+        return [dict(r) for r in _records]
+
+
+def plan_count():
+    """How many plans are cached."""
+    return len(_plans)
+
+
+def clear_plans():
+    """Drops the cached plans (each C plan is destroyed once unused)."""
+    with _plans_lock:
+        _plans.clear()
+
+
+def _compile(plan, device_index, reason):
+    start = time.perf_counter()
+    with torch.cuda.device(device_index):
+        source = plan.compile()
+    record = {"device": device_index, "key": plan.key, "key_hash": plan.key_hash, "source": source.name,
+              "seconds": time.perf_counter() - start, "reason": reason}
+    with _records_lock:
+        _records.append(record)
+    return source
+
+
+def _strides(t, dims):
+    """Strides(batch, seq, head) of `t` whose (batch, seq, head) dims are
+    `dims` (None: none), sizes of 1 given valid values."""
+    out = []
+    for which, dim in zip(("batch", "seq", "head"), dims):
+        if dim is None:
+            out.append(0)
+        elif t.shape[dim] == 1:
+            out.append(0 if which == "batch" else 8)
+        else:
+            out.append(t.stride(dim))
+    return Strides(*out)
+
+
+def _lse_strides(lse, dims):
+    out = []
+    for which, dim in zip(("batch", "head", "seq"), dims):
+        if dim is None:
+            out.append(0)
+        elif lse.shape[dim] <= 1:
+            out.append(1 if which == "seq" else 0)
+        else:
+            out.append(lse.stride(dim))
+    return LseStrides(*out)
+
+
+def _lookup(key, make):
+    entry = _plans.get(key)
+    if entry is None:
+        entry = make()
+        with _plans_lock:
+            entry = _plans.setdefault(key, entry)
+            while len(_plans) > PLAN_CACHE_SIZE:
+                _plans.popitem(last=False)
+    return entry
+
+
+def _launch(entry, tensors, device_index, device):
+    """Executes `entry` on the current stream with a fresh workspace; a
+    NOT_COMPILED answer (the kernels are not loaded in this thread's CUDA
+    context) compiles the plan in the device's context and runs again."""
+    global _execute
+    if _execute is None:
+        _execute = _capi.library().sdpa_bwd_execute
+    nbytes = entry.workspace_bytes
+    workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if _poison_outputs:
+        workspace.fill_(255)
+    ws = workspace.data_ptr()
+    if ws & 255:
+        raise RuntimeError(f"sdpa_jit: the caching allocator returned a workspace at {ws:#x}, not 256-byte "
+                           f"aligned")
+    stream = _current_stream(device_index)
+    args = (entry.handle, ctypes.byref(tensors), ws, nbytes, stream)
+    status = _execute(*args)
+    if status == Status.NOT_COMPILED:
+        _compile(entry.plan, device_index, "not loaded in this context")
+        with torch.cuda.device(device_index):
+            status = _execute(*args)
+    if status != 0:
+        raise _capi.error_for(_capi.library(), status, "sdpa_bwd_execute")
+
+
+def _acceptable(t):
+    """Whether the kernels read `t` ([B, H, S, D] or [T, H, D]) in place:
+    last dim contiguous, the other strides non-negative multiples of 8
+    elements (dims of size 1 do not count)."""
+    shape, stride = t.shape, t.stride()
+    if shape[-1] > 1 and stride[-1] != 1:
+        return False
+    return all(n == 1 or (s >= 0 and s % 8 == 0) for n, s in zip(shape[:-1], stride[:-1]))
+
+
+def _backward_dense(dout, q, k, v, out, lse, mask, wl, wr, scale, deterministic):
+    """(dq, dk, dv) of attention(q, k, v) given dO, O and the forward's LSE."""
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if q.shape[0] == 0 or q.shape[1] == 0 or q.shape[2] == 0 or k.shape[2] == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    _backward_into(False, dout, q, k, v, out, lse, dq, dk, dv, None, None, 0, 0,
+                   (mask, wl, wr, scale, deterministic))
+    return dq, dk, dv
+
+
+def _backward_varlen(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, mask, wl, wr, scale,
+                     deterministic):
+    """(dq, dk, dv) of varlen_attention: [T, H, D] tensors, per-sequence
+    bounds from cu_seqlens, max_q/max_k the max_s hints."""
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if q.shape[0] == 0 or q.shape[1] == 0 or k.shape[0] == 0 or max_q == 0 or max_k == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    _backward_into(True, dout, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, max_q, max_k,
+                   (mask, wl, wr, scale, deterministic))
+    return dq, dk, dv
+
+
+def _backward_into(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, max_q, max_k, params,
+                   copied=False):
+    """Runs the backward into dq, dk, dv. The plan is looked up by
+    everything its descriptor is made of; tensors of a layout the kernels
+    cannot read, or at addresses not 16-byte aligned, are copied first (and
+    outputs computed in a contiguous copy and copied back)."""
+    device = q.device
+    index = device.index
+    key = (thd, index, q.dtype, params, max_q, max_k, q.shape, k.shape, v.shape, lse.shape,
+           cu_q.shape if thd else None, q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(),
+           lse.stride(), dq.stride(), dk.stride(), dv.stride())
+    entry = _plans.get(key)
+    if entry is None:
+        entry = _lookup(key, lambda: _make_entry(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, max_q,
+                                                 max_k, params))
+    ptrs = (dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr())
+    if entry.plan is None or (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4]) & 15:
+        if copied:
+            names = [n for n, f in zip(("dout", "q", "k", "v", "out", "dq", "dk", "dv"),
+                                       entry.fix_in + entry.fix_out) if f]
+            raise ValueError(f"sdpa_jit: {', '.join(names)} cannot be read by the kernels even when "
+                             f"contiguous: every stride must be a multiple of 8 elements (head_dim "
+                             f"{q.shape[-1]}, head_dim_v {v.shape[-1]})")
+        fix_in = entry.fix_in if entry.plan is None else (False,) * 5
+        fix_out = entry.fix_out if entry.plan is None else (False,) * 3
+        ins = [t.contiguous() if fix else t for t, fix in zip((dout, q, k, v, out), fix_in)]
+        ins = [t.clone() if t.data_ptr() & 15 else t for t in ins]  # an aligned copy
+        outs = [torch.empty(t.shape, dtype=t.dtype, device=t.device) if fix else t
+                for t, fix in zip((dq, dk, dv), fix_out)]
+        _backward_into(thd, *ins, lse, *outs, cu_q, cu_k, max_q, max_k, params, copied=True)
+        for dst, src in zip((dq, dk, dv), outs):
+            if dst is not src:
+                dst.copy_(src)
+        return
+    if _poison_outputs:
+        for t in (dq, dk, dv):
+            t.fill_(float("nan"))
+    if thd:
+        tensors = BwdTensors(1, ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[0], lse.data_ptr(), dq.data_ptr(),
+                             dk.data_ptr(), dv.data_ptr(), cu_q.data_ptr(), cu_k.data_ptr(), q.shape[0],
+                             k.shape[0])
+    else:
+        tensors = BwdTensors(1, ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[0], lse.data_ptr(), dq.data_ptr(),
+                             dk.data_ptr(), dv.data_ptr(), None, None, 0, 0)
+    _launch(entry, tensors, index, device)
+
+
+def _make_entry(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, max_q, max_k, params):
+    """A plan (compiled in the tensors' device's context) for these
+    tensors, or an entry saying which of them must be copied first."""
+    fix_in = tuple(not _acceptable(t) for t in (dout, q, k, v, out))
+    fix_out = tuple(not _acceptable(t) for t in (dq, dk, dv))
+    if any(fix_in) or any(fix_out):
+        return _Entry(None, fix_in, fix_out)
+    mask, wl, wr, scale, deterministic = params
+    index = q.device.index
+    if thd:
+        dims, lse_dims = (None, 0, 1), (None, 0, 1)  # [T, H, D]: tokens, heads; LSE [H, T]
+        extra = dict(layout=Layout.THD, batch=cu_q.shape[0] - 1, seqlen_q=max_q, seqlen_kv=max_k,
+                     max_total_q=q.shape[0], max_total_kv=k.shape[0])
+    else:
+        dims, lse_dims = (0, 2, 1), (0, 1, 2)  # [B, H, S, D]: batch, seq, head; LSE [B, H, S]
+        extra = dict(layout=Layout.BSHD, batch=q.shape[0], seqlen_q=q.shape[2], seqlen_kv=k.shape[2])
+    hd = -1  # the head-dim axis
+    desc = BwdDesc.init(
+        dtype=_DTYPES[q.dtype], heads_q=q.shape[dims[2]], heads_kv=k.shape[dims[2]],
+        head_dim=q.shape[hd], head_dim_v=v.shape[hd],
+        q=_strides(q, dims), k=_strides(k, dims), v=_strides(v, dims), o=_strides(out, dims),
+        dout=_strides(dout, dims), dq=_strides(dq, dims), dk=_strides(dk, dims), dv=_strides(dv, dims),
+        lse=_lse_strides(lse, lse_dims), mask=mask, window_left=wl, window_right=wr, scale=scale,
+        deterministic=1 if deterministic else 0, arch=_device_arch(index), **extra)
+    plan = Plan(default_runtime(), desc)
+    _compile(plan, index, "first use")
+    return _Entry(plan, fix_in, fix_out)
+
+
+# ------------------------------------------------------- custom ops
+
+
+@torch.library.custom_op("sdpa_jit::attention_forward", mutates_args=(), device_types="cuda")
+def _attention_forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: int, window_left: int,
+                          window_right: int, scale: float, deterministic: bool
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward_dense(q, k, v, mask, window_left, window_right, scale)
+
+
+@_attention_forward_op.register_fake
+def _(q, k, v, mask, window_left, window_right, scale, deterministic):
+    return _forward_dense(q, k, v, mask, window_left, window_right, scale)
+
+
+@torch.library.custom_op("sdpa_jit::attention_backward", mutates_args=(), device_types="cuda")
+def _attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           out: torch.Tensor, lse: torch.Tensor, mask: int, window_left: int,
+                           window_right: int, scale: float, deterministic: bool
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward_dense(dout, q, k, v, out, lse, mask, window_left, window_right, scale, deterministic)
+
+
+@_attention_backward_op.register_fake
+def _(dout, q, k, v, out, lse, mask, window_left, window_right, scale, deterministic):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _dense_setup_context(ctx, inputs, output):
+    q, k, v, mask, wl, wr, scale, deterministic = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.params = (mask, wl, wr, scale, deterministic)
+    ctx.mark_non_differentiable(lse)
+
+
+def _dense_backward(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = _attention_backward_op(dout, q, k, v, out, lse, *ctx.params)
+    return dq, dk, dv, None, None, None, None, None
+
+
+_attention_forward_op.register_autograd(_dense_backward, setup_context=_dense_setup_context)
+
+
+@torch.library.custom_op("sdpa_jit::varlen_attention_forward", mutates_args=(), device_types="cuda")
+def _varlen_forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                       cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, mask: int,
+                       window_left: int, window_right: int, scale: float, deterministic: bool
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
+                           window_left, window_right, scale)
+
+
+@_varlen_forward_op.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left, window_right,
+      scale, deterministic):
+    return _forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
+                           window_left, window_right, scale)
+
+
+@torch.library.custom_op("sdpa_jit::varlen_attention_backward", mutates_args=(), device_types="cuda")
+def _varlen_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        out: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                        cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, mask: int,
+                        window_left: int, window_right: int, scale: float, deterministic: bool
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                            max_seqlen_k, mask, window_left, window_right, scale, deterministic)
+
+
+@_varlen_backward_op.register_fake
+def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
+      window_right, scale, deterministic):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _varlen_setup_context(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, mask, wl, wr, scale, deterministic = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.params = (max_q, max_k, mask, wl, wr, scale, deterministic)
+    ctx.mark_non_differentiable(lse)
+
+
+def _varlen_backward(ctx, dout, dlse):
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    max_q, max_k, mask, wl, wr, scale, deterministic = ctx.params
+    dq, dk, dv = _varlen_backward_op(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, mask, wl, wr,
+                                     scale, deterministic)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+_varlen_forward_op.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
+
+
+# --------------------------------------------- eager autograd functions
+# The same implementations under a plain autograd.Function: eager calls
+# skip the custom-op dispatch (tens of microseconds a call).
+
+
+class _DenseFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, wl, wr, scale, deterministic):
+        out, lse = _forward_dense(q, k, v, mask, wl, wr, scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.params = (mask, wl, wr, scale, deterministic)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _backward_dense(dout, q, k, v, out, lse, *ctx.params)
+        return dq, dk, dv, None, None, None, None, None
+
+
+class _VarlenFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, mask, wl, wr, scale, deterministic):
+        out, lse = _forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, mask, wl, wr, scale)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+        ctx.params = (max_q, max_k, mask, wl, wr, scale, deterministic)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+        dq, dk, dv = _backward_varlen(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.params)
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+# When False, eager calls go through the custom ops too (tests use both).
+eager_function = True
+
+
+def _use_custom_op():
+    return not eager_function or torch.compiler.is_compiling()
+
+
+# ------------------------------------------------------------- public API
+
+
+def attention(q, k, v, *, causal=None, window=None, scale=None, enable_gqa=False, deterministic=False):
+    """Scaled-dot-product attention of q [B, Hq, Sq, D], k [B, Hkv, Skv, D],
+    v [B, Hkv, Skv, Dv] (fp16 or bf16, one CUDA device, any strides), as
+    ``torch.nn.functional.scaled_dot_product_attention`` computes it, with
+    sdpa-jit's backward. Returns O [B, Hq, Sq, Dv].
+
+    causal: None, "top_left" (key j visible to query i iff j <= i; what
+    F.scaled_dot_product_attention's is_causal means) or "bottom_right"
+    (iff j <= i + Skv - Sq). window: (left, right) on the bottom-right
+    diagonal, -1 unbounded (with causal, right is 0). scale: None for
+    1/sqrt(D). enable_gqa: allow Hkv < Hq (query head h reads kv head
+    h // (Hq / Hkv)). deterministic: a bitwise reproducible backward.
+    """
+    fn = "sdpa_jit.torch.attention"
+    _check_tensors(fn, ("q", "k", "v"), (q, k, v), 4)
+    b, hq, sq, d = q.shape
+    if k.shape[0] != b or v.shape[0] != b:
+        raise ValueError(f"{fn}: batch sizes differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if k.shape[3] != d:
+        raise ValueError(f"{fn}: q's head_dim {d} != k's {k.shape[3]}: q and k must have one head_dim")
+    if v.shape[1] != k.shape[1] or v.shape[2] != k.shape[2]:
+        raise ValueError(f"{fn}: k {tuple(k.shape)} and v {tuple(v.shape)} must agree in heads and "
+                         f"sequence length")
+    _check_heads(fn, hq, k.shape[1], enable_gqa)
+    mask, wl, wr = _resolve_mask(fn, causal, window, sq == k.shape[2])
+    scale = _check_scale(fn, scale, d)
+    deterministic = bool(deterministic)
+    if _use_custom_op():
+        out, _ = _attention_forward_op(q, k, v, mask, wl, wr, scale, deterministic)
+    else:
+        out, _ = _DenseFunction.apply(q, k, v, mask, wl, wr, scale, deterministic)
+    return out
+
+
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=None,
+                     window=None, scale=None, enable_gqa=False, deterministic=False):
+    """Attention over packed variable-length sequences: q [Tq, Hq, D], k
+    [Tk, Hkv, D], v [Tk, Hkv, Dv]; sequence i is rows cu_seqlens_q[i] :
+    cu_seqlens_q[i+1] of q (int32 CUDA tensors of batch+1 offsets; empty
+    sequences allowed) and likewise of k, v; max_seqlen_q/k bound every
+    sequence's length. Masks apply per sequence, as in attention():
+    "bottom_right" aligns each sequence's last query with its last key;
+    "top_left" needs each query sequence as long as its key sequence (pass
+    the same cu_seqlens tensor for both). Returns O [Tq, Hq, Dv]."""
+    fn = "sdpa_jit.torch.varlen_attention"
+    _check_tensors(fn, ("q", "k", "v"), (q, k, v), 3)
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1:
+            raise TypeError(f"{fn}: {name} must be a 1-D torch.int32 tensor of batch+1 offsets, not "
+                            f"{getattr(cu, 'dtype', type(cu).__name__)} "
+                            f"{tuple(cu.shape) if isinstance(cu, torch.Tensor) else ''}")
+        if cu.device != q.device:
+            raise ValueError(f"{fn}: {name} is on {cu.device} but q is on {q.device}")
+        if cu.shape[0] < 2:
+            raise ValueError(f"{fn}: {name} has {cu.shape[0]} offsets: it needs batch+1 >= 2")
+    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
+        raise ValueError(f"{fn}: cu_seqlens_q has {cu_seqlens_q.shape[0]} offsets and cu_seqlens_k "
+                         f"{cu_seqlens_k.shape[0]}: one per sequence plus one, for both")
+    if k.shape[2] != q.shape[2]:
+        raise ValueError(f"{fn}: q's head_dim {q.shape[2]} != k's {k.shape[2]}")
+    if v.shape[0] != k.shape[0] or v.shape[1] != k.shape[1]:
+        raise ValueError(f"{fn}: k {tuple(k.shape)} and v {tuple(v.shape)} must agree in tokens and heads")
+    if v.shape[2] != q.shape[2]:
+        raise ValueError(f"{fn}: head_dim_v {v.shape[2]} != head_dim {q.shape[2]}: PyTorch's flash varlen "
+                         f"forward needs equal head dims")
+    _check_heads(fn, q.shape[1], k.shape[1], enable_gqa)
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)) or value < 0:
+            raise ValueError(f"{fn}: {name} must be an int >= 0 (the longest sequence), not {value!r}")
+    same = cu_seqlens_q is cu_seqlens_k
+    if causal == "top_left" and not same:
+        raise ValueError(f"{fn}: causal='top_left' needs every query sequence as long as its key sequence: "
+                         f"pass the same tensor as cu_seqlens_q and cu_seqlens_k, or use "
+                         f"causal='bottom_right' (the two agree when the lengths do)")
+    mask, wl, wr = _resolve_mask(fn, causal, window, same)
+    if mask == _WINDOW and wr != -1 and wr >= max_seqlen_k and not same:
+        raise ValueError(f"{fn}: window right {wr} >= max_seqlen_k {max_seqlen_k} with different query and "
+                         f"key sequences is not expressible in PyTorch's flash forward (it treats it as "
+                         f"unbounded)")
+    scale = _check_scale(fn, scale, q.shape[2])
+    deterministic = bool(deterministic)
+    if _use_custom_op():
+        out, _ = _varlen_forward_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
+                                    wl, wr, scale, deterministic)
+    else:
+        out, _ = _VarlenFunction.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
+                                       wl, wr, scale, deterministic)
+    return out
