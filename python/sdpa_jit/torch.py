@@ -206,8 +206,14 @@ def _conform(key, tensor, meta_fn):
                                device=tensor.device).copy_(tensor)
 
 
-def _meta_like(t):
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+def _is_fake(t):
+    return isinstance(t, torch._subclasses.FakeTensor) or t.device.type == "meta"
+
+
+def _aligned(*tensors):
+    """The tensors, each copied when its address is not 16-byte aligned (the
+    fused kernels load 16-byte vectors)."""
+    return [t.clone() if t.data_ptr() & 15 else t for t in tensors]
 
 
 def _dense_forward_kind(sq, skv, d, dv, mask, wl, wr):
@@ -259,12 +265,11 @@ def _forward_dense(q, k, v, mask, wl, wr, scale):
     _check_supported("sdpa_jit.torch.attention", q.device, q.dtype, d, dv, Layout.BSHD)
     if b == 0 or hq == 0 or sq == 0 or skv == 0:
         return _empty_forward(q, v, sq)
-    if q.stride(-1) != 1:
-        q = q.contiguous()
-    if k.stride(-1) != 1:
-        k = k.contiguous()
-    if v.stride(-1) != 1:
-        v = v.contiguous()
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    shapes = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride())
+    real = not _is_fake(q)
+    if real:
+        q, k, v = _aligned(q, k, v)
     kind = _dense_forward_kind(sq, skv, d, dv, mask, wl, wr)
     if kind[0] == "flash":
         _, is_causal, left, right = kind
@@ -286,14 +291,15 @@ def _forward_dense(q, k, v, mask, wl, wr, scale):
                 q, k, v, None, True, 0.0, is_causal, scale=scale)[:2]
             return out, lse
     out, lse = run(q, k, v)
-    if not isinstance(out, torch._subclasses.FakeTensor) and out.device.type != "meta":
-        key = (kind, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride())
+    if real:
+        key = (kind,) + shapes
         metas = []
 
         def meta(i):
             if not metas:
                 with torch.no_grad():
-                    metas.extend(run(_meta_like(q), _meta_like(k), _meta_like(v)))
+                    metas.extend(run(*(torch.empty_strided(shape, stride, dtype=q.dtype, device="meta")
+                                       for shape, stride in zip(shapes[::2], shapes[1::2]))))
             return metas[i]
 
         out = _conform(key + ("out",), out, lambda: meta(0))
@@ -309,12 +315,9 @@ def _forward_varlen(q, k, v, cu_q, cu_k, max_q, max_k, mask, wl, wr, scale):
     if tq == 0 or hq == 0 or max_q == 0 or k.shape[0] == 0 or max_k == 0:
         out = torch.zeros(tq, hq, v.shape[-1], dtype=q.dtype, device=q.device)
         return out, torch.full((hq, tq), float("inf"), dtype=torch.float32, device=q.device)
-    if q.stride(-1) != 1:
-        q = q.contiguous()
-    if k.stride(-1) != 1:
-        k = k.contiguous()
-    if v.stride(-1) != 1:
-        v = v.contiguous()
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if not _is_fake(q):
+        q, k, v = _aligned(q, k, v)
     is_causal = mask in (_TL, _BR)
     left, right = (wl, wr) if mask == _WINDOW else (-1, -1)
     out, lse = torch.ops.aten._flash_attention_forward(

@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""train_gpt.py -- a small GPT trained with PyTorch's attention and with
+sdpa_jit.torch.attention (PyTorch's forward, sdpa-jit's backward).
+
+The data ships with Python: the text of pydoc_data/topics.py (Python's
+help topics), as bytes (a 256-token vocabulary), 95% for training and 5%
+held out. The model: token and position embeddings, N pre-norm blocks
+(causal self-attention over q, k, v viewed from one packed projection,
+then a 4x GELU MLP), tied output embedding. bf16 autocast, AdamW, warmup
+then cosine decay, gradient clipping.
+
+One GPU: trains twice from the same seed (same initial weights, same
+batches), once per attention, and prints each run's median step time and
+tokens/s, the final losses (mean of the last 20 steps) and whether they
+agree within --tolerance (1%); writes both loss curves to a PNG and the
+numbers to a JSON file.
+
+Several processes (torchrun --nproc_per_node N): DistributedDataParallel,
+NCCL when every rank has its own GPU, else gloo (ranks sharing a GPU);
+the script says which. Each rank takes batch/N sequences a step, so the
+global batch is the single run's. With --attention sdpa_jit and
+SDPA_JIT_CACHE naming one cache file for all ranks (empty at the start),
+every kernel key must be compiled exactly once across the ranks: rank 0
+gathers each rank's compile records (the source of every compile: COMPILED
+by NVRTC, DISK from the shared file, MEMORY) and the cache's rows and
+prints them; the run fails if a key was compiled by NVRTC more or less
+than once, or the cache holds other rows. --compare FILE checks the final
+loss against a one-GPU run's JSON.
+
+  python3 examples/train_gpt.py [--steps 300] [--out DIR]
+  SDPA_JIT_CACHE=/tmp/c/kernels.sqlite torchrun --nproc_per_node 2 examples/train_gpt.py \\
+      --attention sdpa_jit --compare DIR/train_single.json
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def load_text():
+    """Python's help topics as bytes (the stdlib's pydoc_data), else the
+    source of a few stdlib modules."""
+    try:
+        from pydoc_data import topics
+        text = "\n\n".join(topics.topics[k] for k in sorted(topics.topics))
+        source = "pydoc_data/topics.py"
+    except ImportError:
+        import inspect
+        import json as j, email, argparse as a
+        text = "\n".join(inspect.getsource(m) for m in (j, email, a))
+        source = "stdlib sources"
+    return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8), source
+
+
+class Attention(nn.Module):
+    def __init__(self, d_model, heads, kind):
+        super().__init__()
+        self.heads, self.kind = heads, kind
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+        if kind == "sdpa_jit":
+            from sdpa_jit.torch import attention
+            self.sdpa_jit_attention = attention
+
+    def forward(self, x):
+        b, t, c = x.shape
+        qkv = self.qkv(x).view(b, t, 3, self.heads, c // self.heads)
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # [B, H, T, D] views
+        if self.kind == "torch":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = self.sdpa_jit_attention(q, k, v, causal="top_left")
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class Block(nn.Module):
+    def __init__(self, d_model, heads, kind):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.attn = Attention(d_model, heads, kind)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model, bias=False), nn.GELU(),
+                                 nn.Linear(4 * d_model, d_model, bias=False))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, context, layers, d_model, heads, kind):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(context, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, heads, kind) for _ in range(layers))
+        self.ln = nn.LayerNorm(d_model)
+        self.apply(self._init)
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * layers))
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, idx, targets):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.ln(x) @ self.tok.weight.t()
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def batches(data, batch, context, seed, device):
+    gen = torch.Generator().manual_seed(seed)
+    while True:
+        starts = torch.randint(0, data.numel() - context - 1, (batch,), generator=gen)
+        x = torch.stack([data[s:s + context] for s in starts.tolist()]).long()
+        y = torch.stack([data[s + 1:s + context + 1] for s in starts.tolist()]).long()
+        yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+
+def train(kind, args, data, device, rank=0, world=1, ddp=False):
+    torch.manual_seed(args.seed)
+    model = GPT(256, args.context, args.layers, args.d_model, args.heads, kind).to(device)
+    if ddp:
+        from torch.nn.parallel import DistributedDataParallel
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    step_fn = model
+    if args.compile:
+        step_fn = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=True)
+    split = int(data.numel() * 0.95)
+    train_data, held_out = data[:split], data[split:]
+    local_batch = args.batch // world
+    it = batches(train_data, local_batch, args.context, args.seed + 1000 * rank, device)
+    losses = torch.zeros(args.steps, device=device)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps)]
+    warmup = max(1, args.steps // 10)
+    wall = time.perf_counter()
+    for step in range(args.steps):
+        lr = args.lr * min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
+        for group in opt.param_groups:
+            group["lr"] = max(lr, args.lr * 0.05)
+        x, y = next(it)
+        starts[step].record()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = step_fn(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        ends[step].record()
+        losses[step] = loss.detach()
+        if rank == 0 and args.log_every and (step % args.log_every == 0 or step == args.steps - 1):
+            print(f"  [{kind}] step {step:4d} loss {loss.item():.4f}", flush=True)
+    torch.cuda.synchronize(device)
+    wall = time.perf_counter() - wall
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    skip = min(args.steps - 1, max(5, args.steps // 10))  # warm-up steps (compiles) are not timed
+    step_ms = statistics.median(times[skip:])
+    model.eval()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        held = batches(held_out, local_batch, args.context, args.seed + 7, device)
+        held_loss = statistics.mean(step_fn(*next(held)).item() for _ in range(8))
+    curve = losses.tolist()
+    tail = min(20, args.steps)
+    return {"attention": kind, "losses": curve, "final_loss": statistics.mean(curve[-tail:]),
+            "held_out_loss": held_loss, "step_ms": step_ms,
+            "tokens_per_s": args.batch * args.context / (step_ms / 1e3),
+            "wall_s": wall, "first_step_ms": times[0]}
+
+
+def plot(results, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in results:
+        ax.plot(r["losses"], label=f"{r['attention']}: final {r['final_loss']:.4f}, {r['step_ms']:.1f} ms/step",
+                linewidth=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (nats / byte)")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def cache_report(records_by_rank, rank_count):
+    """Rank 0: every key's compile sources across the ranks, and the shared
+    cache's rows. Returns (ok, lines)."""
+    import sdpa_jit
+    lines, ok = [], True
+    keys = {}
+    for rank, records in enumerate(records_by_rank):
+        for r in records:
+            keys.setdefault(r["key"], []).append((rank, r["source"], r["seconds"]))
+    rows = sdpa_jit.default_runtime().cache_list()
+    cache_path = sdpa_jit.default_runtime().cache_path
+    lines.append(f"shared cache {cache_path}: {len(rows)} entries; {len(keys)} distinct keys asked for by "
+                 f"{rank_count} ranks")
+    for key, uses in sorted(keys.items()):
+        compiled = sum(1 for _, source, _ in uses if source == "COMPILED")
+        detail = ", ".join(f"rank {rank}: {source} {sec * 1e3:.0f} ms" for rank, source, sec in uses)
+        lines.append(f"  compiled {compiled}x  {key}  ({detail})")
+        if compiled != 1:
+            ok = False
+    row_keys = {r.key_text for r in rows}
+    if row_keys != set(keys):
+        ok = False
+        lines.append(f"  cache rows differ from the keys asked for: extra {sorted(row_keys - set(keys))}, "
+                     f"missing {sorted(set(keys) - row_keys)}")
+    lines.append(f"each key compiled exactly once across the ranks: {'yes' if ok else 'NO'}")
+    return ok, lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=32, help="global batch (sequences a step)")
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--d-model", type=int, default=384)
+    ap.add_argument("--heads", type=int, default=6)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--attention", choices=["both", "torch", "sdpa_jit"], default=None,
+                    help="default: both on one process, sdpa_jit under torchrun")
+    ap.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--tolerance", type=float, default=0.01, help="final losses agree within this fraction")
+    ap.add_argument("--compare", help="a one-GPU run's JSON to compare the final loss with")
+    ap.add_argument("--out", default=".", help="directory for the PNG and the JSON")
+    ap.add_argument("--log-every", type=int, default=50)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("skipped: no CUDA device")
+        return 77
+    os.makedirs(args.out, exist_ok=True)
+    data, source = load_text()
+
+    distributed = "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        import torch.distributed as dist
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        gpus = torch.cuda.device_count()
+        backend = args.backend
+        if backend == "auto":
+            backend = "nccl" if gpus >= int(os.environ.get("LOCAL_WORLD_SIZE", world)) else "gloo"
+        device = torch.device("cuda", local % gpus)
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend)
+        if rank == 0:
+            why = "each rank has its own GPU" if gpus >= world else f"{world} ranks share {gpus} GPU(s)"
+            print(f"DistributedDataParallel: {world} ranks, backend {backend} ({why}); "
+                  f"SDPA_JIT_CACHE={os.environ.get('SDPA_JIT_CACHE', '(default)')}", flush=True)
+        kinds = [args.attention or "sdpa_jit"]
+        if kinds == ["both"]:
+            kinds = ["torch", "sdpa_jit"]
+    else:
+        rank, world, device = 0, 1, torch.device("cuda", 0)
+        kinds = ["torch", "sdpa_jit"] if args.attention in (None, "both") else [args.attention]
+    if args.batch % world:
+        raise SystemExit(f"--batch {args.batch} is not a multiple of the {world} ranks")
+    if rank == 0:
+        print(f"device {torch.cuda.get_device_name(device)}; torch {torch.__version__}; data {source}, "
+              f"{data.numel()} bytes; GPT {args.layers} layers, d_model {args.d_model}, {args.heads} heads of "
+              f"{args.d_model // args.heads}, context {args.context}, global batch {args.batch}, {args.steps} steps"
+              f"{', torch.compile' if args.compile else ''}", flush=True)
+
+    results = [train(kind, args, data, device, rank, world, distributed) for kind in kinds]
+    status = 0
+    if rank == 0:
+        print(f"\n{'attention':<10} {'step ms':>8} {'tokens/s':>11} {'final loss':>11} {'held-out':>9} "
+              f"{'first step ms':>14}")
+        for r in results:
+            print(f"{r['attention']:<10} {r['step_ms']:8.2f} {r['tokens_per_s']:11.0f} {r['final_loss']:11.4f} "
+                  f"{r['held_out_loss']:9.4f} {r['first_step_ms']:14.1f}")
+    if len(results) == 2 and rank == 0:
+        a, b = results
+        rel = abs(a["final_loss"] - b["final_loss"]) / a["final_loss"]
+        speed = a["step_ms"] / b["step_ms"]
+        agree = rel <= args.tolerance
+        print(f"final losses differ by {rel * 100:.3f}% ({'within' if agree else 'NOT within'} "
+              f"{args.tolerance * 100:g}%); sdpa_jit step time is {speed:.3f}x torch's speed "
+              f"({'no slower' if speed >= 1.0 else 'slower'})")
+        status |= 0 if agree else 1
+    if distributed:
+        import torch.distributed as dist
+        import sdpa_jit.torch as st
+        gathered = [None] * world
+        dist.all_gather_object(gathered, st.compile_records())
+        if rank == 0 and "sdpa_jit" in kinds:
+            ok, lines = cache_report(gathered, world)
+            print("\n".join(lines))
+            status |= 0 if ok else 1
+        if rank == 0 and args.compare:
+            single = json.load(open(args.compare))
+            ref = next(r for r in single["results"] if r["attention"] == kinds[-1])
+            rel = abs(ref["final_loss"] - results[-1]["final_loss"]) / ref["final_loss"]
+            print(f"final loss {results[-1]['final_loss']:.4f} vs the one-GPU run's {ref['final_loss']:.4f}: "
+                  f"{rel * 100:.2f}% apart")
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank == 0:
+        name = "train_ddp" if distributed else "train_single"
+        meta = {"world": world, "args": vars(args), "device": torch.cuda.get_device_name(device),
+                "torch": torch.__version__, "results": results}
+        with open(os.path.join(args.out, f"{name}.json"), "w") as f:
+            json.dump(meta, f)
+        if not distributed:
+            png = os.path.join(args.out, "train_gpt_loss.png")
+            plot(results, png, f"GPT {args.layers}x{args.d_model}, ctx {args.context}, batch {args.batch}, "
+                               f"{args.steps} steps, seed {args.seed}, {torch.cuda.get_device_name(device)}")
+            print(f"wrote {png}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
