@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# gpu_check.sh — everything GPU-side of the Python package in one go, on a
+# GPU machine with PyTorch, from a library built elsewhere (build-py/ or
+# build/, with an optional preheated cache build-py/preheat.sqlite): the
+# overhead benchmark, train_gpt.py on one GPU (both attentions) and under
+# torchrun with 2 ranks on one shared, initially empty cache, then the
+# pytest suite with the GPU tests. Logs go to $OUT (default ./gpu-out);
+# a summary is printed last.
+#   python/gpu_check.sh [preheat] [tests] [bench] [train] [ddp]   (default: all, in this order)
+# Each step has a time cap (seconds, overridable: PREHEAT_S, TESTS_S,
+# BENCH_S, TRAIN_S, DDP_S) so that a slow one leaves time to the others.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu-out}
+mkdir -p "$OUT"
+LOG=$OUT/gpu_check.log
+BUILD=${BUILD:-$( [ -e build-py/libsdpa_jit.so ] && echo build-py || echo build )}
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export SDPA_JIT_LIBRARY=$ROOT/$BUILD/libsdpa_jit.so
+# The header the library was built from, when the build keeps a copy.
+[ -e "$BUILD/sdpa_jit.h" ] && export SDPA_JIT_HEADER=$ROOT/$BUILD/sdpa_jit.h
+export PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+# The tests' cache: a copy of the preheated one when there is one.
+export SDPA_JIT_CACHE=/tmp/sdpa-jit-gpu-check/kernels.sqlite
+rm -rf /tmp/sdpa-jit-gpu-check && mkdir -p /tmp/sdpa-jit-gpu-check && chmod 700 /tmp/sdpa-jit-gpu-check
+[ -e "$BUILD/preheat.sqlite" ] && cp "$BUILD/preheat.sqlite" "$SDPA_JIT_CACHE"
+steps=${*:-preheat tests bench train ddp}
+summary=()
+note() { summary+=("$*"); echo "$*" >> "$LOG"; }
+
+{
+  date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
+  echo "library $SDPA_JIT_LIBRARY ($(cat $BUILD/.rev 2>/dev/null || echo 'rev unknown'))"
+  "$BUILD/sdpa-jit" --cache "$SDPA_JIT_CACHE" stats 2>&1 | head -8
+} 2>&1 | tee "$LOG"
+
+for step in $steps; do
+  case $step in
+    preheat)
+      # Keys the tests use, compiled in parallel; instant when the carried
+      # cache has them (same library and NVRTC).
+      timeout ${PREHEAT_S:-30} "$BUILD/sdpa-jit" --cache "$SDPA_JIT_CACHE" preheat --arch 90 --dtype bf16,fp16 \
+        --head-dim 64,128 --mask none,causal_tl,causal_br,window --layout bshd,thd --deterministic 0,1 \
+        --even 0,1 -j "$(nproc)" 2>/dev/null | tail -1 | tee -a "$LOG"
+      timeout 15 "$BUILD/sdpa-jit" --cache "$SDPA_JIT_CACHE" preheat --arch 90 --dtype bf16 --head-dim 128 \
+        --head-dim-v 64 --mask none,causal_tl,causal_br --layout bshd --even 0,1 -j "$(nproc)" 2>/dev/null \
+        | tail -1 | tee -a "$LOG"
+      note "preheat: $(grep -h '^compiled [0-9]*, cached' "$LOG" | tr '\n' ';')" ;;
+    bench)
+      timeout ${BENCH_S:-25} python3 python/bench_overhead.py --json "$OUT/overhead.json" 2>&1 | tee -a "$LOG"
+      note "bench: rc=${PIPESTATUS[0]}: $(grep -h '^Python overhead' "$LOG" | tail -1)" ;;
+    train)
+      timeout ${TRAIN_S:-50} python3 examples/train_gpt.py --out "$OUT" 2>&1 | tee -a "$LOG"
+      note "train (1 GPU): rc=${PIPESTATUS[0]}: $(grep -h '^final losses differ' "$LOG" | tail -1)"
+      for kind in torch sdpa_jit; do note "  $(grep -h "^$kind " "$LOG" | tail -1)"; done ;;
+    ddp)
+      ddp_cache=/tmp/sdpa-jit-ddp/kernels.sqlite
+      rm -rf /tmp/sdpa-jit-ddp && mkdir -p /tmp/sdpa-jit-ddp && chmod 700 /tmp/sdpa-jit-ddp
+      compare=(); [ -e "$OUT/train_single.json" ] && compare=(--compare "$OUT/train_single.json")
+      SDPA_JIT_CACHE=$ddp_cache timeout ${DDP_S:-50} torchrun --standalone --nproc_per_node 2 examples/train_gpt.py \
+        --attention sdpa_jit "${compare[@]}" --out "$OUT" 2>&1 | tee -a "$LOG"
+      rc=${PIPESTATUS[0]}
+      "$BUILD/sdpa-jit" --cache "$ddp_cache" ls 2>&1 | tee -a "$LOG"
+      "$BUILD/sdpa-jit" --cache "$ddp_cache" stats 2>&1 | tee -a "$LOG"
+      note "ddp (2 ranks): rc=$rc: $(grep -h '^DistributedDataParallel' "$LOG" | tail -1)"
+      note "  $(grep -h '^shared cache' "$LOG" | tail -1)"
+      note "  $(grep -h '^each key compiled exactly once' "$LOG" | tail -1)"
+      note "  $(grep -h '^sdpa_jit ' "$LOG" | tail -1)"
+      note "  $(grep -h 'vs the one-GPU run' "$LOG" | tail -1)" ;;
+    tests)
+      SDPA_JIT_TEST_REPORT=$OUT/errors.jsonl timeout ${TESTS_S:-125} python3 -m pytest -p no:cacheprovider \
+        -rs -q --timeout 60 --junitxml="$OUT/pytest.xml" python/tests 2>&1 | tee -a "$LOG" | tail -40
+      note "tests: rc=${PIPESTATUS[0]}: $(grep -hE '^[0-9]+ (passed|failed)|^=+ .*(passed|failed)' "$LOG" | tail -1)"
+      "$BUILD/sdpa-jit" --cache "$SDPA_JIT_CACHE" stats 2>&1 | tee -a "$LOG" | head -3 ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+echo; echo "== summary"; printf '%s\n' "${summary[@]}"
