@@ -43,7 +43,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "env_pin.h"
 #include "gpu.h"
 #include "reference.h"
 
@@ -152,19 +151,20 @@ static void twin_problem(const bench_case *c, sdpa_ref_problem *p) {
   }
 }
 
-/* "main" or "convert": who writes dQ in the case's kernel (its key). */
-static const char *dq_writer(const bench_case *c) {
-  return c->plan && strstr(sdpa_bwd_plan_key(c->plan), ";dq=main") ? "main" : "convert";
-}
-
-/* The case's tiles as SDPA_JIT_TILES spells them ("q,kv,warps,stages"),
- * read from its key; "" when the key has none. */
-static void case_tiles(const bench_case *c, char *out, size_t size) {
-  const char *at = c->plan ? strstr(sdpa_bwd_plan_key(c->plan), ";qt=") : NULL;
-  int qt, kvt, warps, stages;
-  out[0] = '\0';
-  if (at && sscanf(at, ";qt=%d;kvt=%d;warps=%d;stages=%d", &qt, &kvt, &warps, &stages) == 4)
-    snprintf(out, size, "%d,%d,%d,%d", qt, kvt, warps, stages);
+/* The plan options that give the twin the case's kernel: its family,
+ * tiles and dQ writer (sdpa_bwd_plan_query). */
+static sdpa_bwd_plan_options case_options(const bench_case *c) {
+  sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+  sdpa_bwd_plan_info info = SDPA_BWD_PLAN_INFO_INIT;
+  if (c->plan && sdpa_bwd_plan_query(c->plan, &info) == SDPA_STATUS_SUCCESS) {
+    o.family = info.family;
+    o.q_tile = info.q_tile;
+    o.kv_tile = info.kv_tile;
+    o.warps = info.warps;
+    o.stages = info.stages;
+    o.dq_writer = info.dq_writer;
+  }
+  return o;
 }
 
 static void validate_case(bench_case *c) {
@@ -187,20 +187,10 @@ static void validate_case(bench_case *c) {
     snprintf(c->message, sizeof c->message, "reference: out of memory");
     goto done;
   }
-  /* the twin is small: pin the case's dQ writer and tiles so that it gets
-   * the case's key */
-  char tiles[48];
-  case_tiles(c, tiles, sizeof tiles);
-  sdpa_env_pin dq_pin = {0}, tiles_pin = {0};
-  const int pinned = !sdpa_env_pin_set(&dq_pin, "SDPA_JIT_DQ_CONVERT", dq_writer(c)) &&
-                     !sdpa_env_pin_set(&tiles_pin, "SDPA_JIT_TILES", tiles);
-  if (pinned) sdpa_gpu_run_problem(&gpu, runtime, &p, &l, &d, &o);
-  sdpa_env_pin_restore(&tiles_pin);
-  sdpa_env_pin_restore(&dq_pin);
-  if (!pinned) {
-    snprintf(c->message, sizeof c->message, "twin: out of memory pinning its knobs");
-    goto done;
-  }
+  /* the twin is small: the case's family, dQ writer and tiles as plan
+   * options, so that it gets the case's key */
+  const sdpa_bwd_plan_options twin = case_options(c);
+  sdpa_gpu_run_problem_with(&gpu, runtime, &p, &l, &d, &twin, &o);
   if (o.status != SDPA_STATUS_SUCCESS) {
     snprintf(c->message, sizeof c->message, "twin: %.1000s", o.message);
     sdpa_gpu_outcome_free(&o);

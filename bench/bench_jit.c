@@ -41,7 +41,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "env_pin.h"
 #include "gpu.h"
 #include "reference.h"
 
@@ -207,8 +206,8 @@ static const char *source_name(sdpa_source s) {
 }
 
 /* Host time of sdpa_bwd_execute on a small problem (GPU only), its plan
- * made with SDPA_JIT_DQ_CONVERT=`writer` ("convert": three kernels,
- * "main": two) and SDPA_JIT_GRAPHS=`graphs` ("1": one graph launch a
+ * made with options.dq_writer `writer` ("convert": three kernels,
+ * "main": two) and options.graphs `graphs` ("1": one graph launch a
  * call, "0": a cuLaunchKernel per kernel). */
 static double execute_host_us(sdpa_gpu *gpu, sdpa_runtime *runtime, int iterations,
                               const char *writer, const char *graphs, double first_us[2]) {
@@ -231,13 +230,10 @@ static double execute_host_us(sdpa_gpu *gpu, sdpa_runtime *runtime, int iteratio
   sdpa_ref_layout_make(&l, &p, SDPA_REF_STYLE_PACKED, SDPA_REF_LSE_PACKED);
   sdpa_bwd_desc desc;
   sdpa_ref_desc(&p, &l, &desc);
-  sdpa_env_pin pin = {0}, pin_graphs = {0};
-  sdpa_status planned = SDPA_STATUS_OUT_OF_MEMORY;
-  if (!sdpa_env_pin_set(&pin, "SDPA_JIT_DQ_CONVERT", writer) &&
-      !sdpa_env_pin_set(&pin_graphs, "SDPA_JIT_GRAPHS", graphs))
-    planned = sdpa_bwd_plan_create(&plan, runtime, &desc);
-  sdpa_env_pin_restore(&pin_graphs);
-  sdpa_env_pin_restore(&pin);
+  sdpa_bwd_plan_options options = SDPA_BWD_PLAN_OPTIONS_INIT;
+  options.dq_writer = strcmp(writer, "main") == 0 ? SDPA_DQ_MAIN : SDPA_DQ_CONVERT;
+  options.graphs = strcmp(graphs, "0") == 0 ? SDPA_SWITCH_OFF : SDPA_SWITCH_ON;
+  sdpa_status planned = sdpa_bwd_plan_create_with(&plan, runtime, &desc, &options);
   if (planned || sdpa_bwd_compile(plan, NULL)) goto done;
   if (sdpa_gpu_problem_upload(gpu, &p, &l, &d)) goto done;
   uploaded = 1;

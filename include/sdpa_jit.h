@@ -112,21 +112,39 @@ typedef enum sdpa_log_level {
 typedef void (*sdpa_log_fn)(sdpa_log_level level, const char *message,
                             void *user);
 
-#define SDPA_RUNTIME_OPTIONS_VERSION 1
+#define SDPA_RUNTIME_OPTIONS_VERSION 2
+
+/* How the runtime may use the user's cache database. */
+typedef enum sdpa_cache_access {
+  /* Open it, creating the file and its directory when missing; store
+   * what NVRTC compiles (the default). */
+  SDPA_CACHE_READ_WRITE = 0,
+  /* Open an existing file read-only (immutable on a read-only file
+   * system); create and write nothing, no directory, no lock file. What
+   * NVRTC compiles stays in memory. For inspection. */
+  SDPA_CACHE_READ_ONLY = 1,
+  /* Open an existing file for writing (maintenance: prune, verify); create
+   * nothing. */
+  SDPA_CACHE_READ_WRITE_EXISTING = 2
+} sdpa_cache_access;
 
 /* Options for sdpa_runtime_create. Initialize with
  * SDPA_RUNTIME_OPTIONS_INIT (or sdpa_runtime_options_init) and set what you
- * need; zero means "default" everywhere. */
+ * need; zero means "default" everywhere. A struct of version 1 (the
+ * fields up to `log_user`) is still accepted. */
 typedef struct sdpa_runtime_options {
   unsigned int version; /* SDPA_RUNTIME_OPTIONS_VERSION */
 
   /* The user's writable cache database. NULL: $SDPA_JIT_CACHE, else
    * $XDG_CACHE_HOME/sdpa-jit/kernels.sqlite, else
-   * ~/.cache/sdpa-jit/kernels.sqlite, else a temporary directory. */
+   * ~/.cache/sdpa-jit/kernels.sqlite, else a temporary directory. The
+   * directory must be the user's own (see "The cache's trust model"). */
   const char *cache_path;
 
   /* Read-only databases shipped with an image, searched before the user's
-   * database, opened immutable. May be NULL when count is 0. */
+   * database, opened immutable. May be NULL when count is 0. They are
+   * trusted as the files they are: whoever can write them decides what
+   * this process runs. */
   const char *const *readonly_cache_paths;
   size_t readonly_cache_count;
 
@@ -145,9 +163,30 @@ typedef struct sdpa_runtime_options {
   /* Warnings and notes. NULL: one line on stderr per warning. */
   sdpa_log_fn log;
   void *log_user;
+
+  /* ---- version 2 ---- */
+
+  /* SDPA_CACHE_READ_WRITE (default) or SDPA_CACHE_READ_ONLY. */
+  sdpa_cache_access cache_access;
+
+  /* Nonzero: a user database that cannot be used (not ours, damaged and
+   * not recoverable, an untrusted directory, missing under READ_ONLY)
+   * fails sdpa_runtime_create with SDPA_STATUS_CACHE_ERROR instead of
+   * falling back to memory with a warning. */
+  int cache_required;
+
+  /* A file holding the secret of keyed checksums (at least 16 bytes; owned
+   * by root or the user, writable by nobody else). NULL:
+   * $SDPA_JIT_CACHE_KEY_FILE, else the secret $SDPA_JIT_CACHE_KEY itself,
+   * else none. With a secret every row is stored with an HMAC-SHA256 of
+   * its key and cubin, and a row whose MAC does not verify is never
+   * loaded: for fleets that share a cache over a network file system. */
+  const char *cache_key_file;
 } sdpa_runtime_options;
 
-#define SDPA_RUNTIME_OPTIONS_INIT {SDPA_RUNTIME_OPTIONS_VERSION, NULL, NULL, 0, 0, 0, 0, NULL, NULL}
+#define SDPA_RUNTIME_OPTIONS_INIT                                             \
+  {SDPA_RUNTIME_OPTIONS_VERSION, NULL, NULL, 0, 0, 0, 0, NULL, NULL,          \
+   SDPA_CACHE_READ_WRITE, 0, NULL}
 
 /* Initializes `opts` to defaults for struct `version`. Returns
  * SDPA_STATUS_INVALID_ARGUMENT when opts is NULL or version is unknown. */
@@ -156,9 +195,30 @@ SDPA_API sdpa_status sdpa_runtime_options_init(sdpa_runtime_options *opts,
 
 /* Creates a runtime: opens (or creates) the cache databases and loads NVRTC.
  * Does not need a GPU or a CUDA driver. A cache location that cannot be
- * written is not an error: the runtime warns once and keeps compiled
- * kernels in memory. `opts` may be NULL for all defaults.
- * On success *out is a runtime the caller frees with sdpa_runtime_destroy. */
+ * used is not an error unless options.cache_required is set: the runtime
+ * warns once and keeps compiled kernels in memory. Reads the tuning
+ * environment variables (SDPA_JIT_FAMILY, SDPA_JIT_TILES, ...: README)
+ * once, as the defaults of its plans' options. `opts` may be NULL for all
+ * defaults. On success *out is a runtime the caller frees with
+ * sdpa_runtime_destroy.
+ *
+ * The cache's trust model. A cubin loaded from the cache runs with the
+ * process's rights, so the user's database is trusted only when its
+ * directory (symbolic links resolved once) is owned by the effective user
+ * and writable by nobody else, every directory above it is owned by the
+ * user or root and writable by nobody else (or sticky, like /tmp), and
+ * the file itself is a regular file (not a link) owned by the user and
+ * writable by nobody else; otherwise the runtime warns once and works in
+ * memory. A file is ours when it is an SQLite database with our
+ * application_id and schema; a file that is not provably ours is never
+ * renamed, rewritten or adopted, only reported. An empty file or a new
+ * path is created only under SDPA_CACHE_READ_WRITE. Lock files are opened
+ * without following links and without blocking, and must be regular
+ * files. Every cubin is checked to be an ELF image of the CUDA machine for
+ * the key's arch, with its sections inside the blob, before the driver
+ * sees it; with a keyed checksum (cache_key_file) it must also carry a
+ * valid MAC. Shipped databases (readonly_cache_paths) are trusted as the
+ * files they are. */
 SDPA_API sdpa_status sdpa_runtime_create(sdpa_runtime **out,
                                          const sdpa_runtime_options *opts);
 
@@ -166,9 +226,17 @@ SDPA_API sdpa_status sdpa_runtime_create(sdpa_runtime **out,
  * loaded, closes the databases. NULL is a no-op. Destroy every plan first. */
 SDPA_API void sdpa_runtime_destroy(sdpa_runtime *runtime);
 
-/* The path of the user's cache database, or NULL when the runtime works in
- * memory (disabled, or the location could not be written). */
+/* The path of the user's cache database (its directory resolved), or NULL
+ * when the runtime works in memory (disabled, or the location could not be
+ * used). */
 SDPA_API const char *sdpa_runtime_cache_path(const sdpa_runtime *runtime);
+
+/* Where the user's cache database is by default: $SDPA_JIT_CACHE, else
+ * $XDG_CACHE_HOME/sdpa-jit/kernels.sqlite, else
+ * ~/.cache/sdpa-jit/kernels.sqlite, else <temp dir>/sdpa-jit-<uid>/
+ * kernels.sqlite. Writes it into buf (size bytes) and returns buf ("" when
+ * it does not fit). Creates nothing. */
+SDPA_API const char *sdpa_cache_default_location(char *buf, size_t size);
 
 /* The arch (major*10+minor) plans use when their descriptor says 0: the
  * options' arch, else the current device's. Returns 0 and records a
@@ -203,7 +271,13 @@ typedef struct sdpa_strides {
   int64_t batch, seq, head;
 } sdpa_strides;
 
-/* Element strides of the fp32 LSE tensor. BSHD: LSE[b, h, s] at
+/* LSE, the forward's log-sum-exp: for query row i of head h,
+ *   LSE[h, i] = ln( sum_j exp(scale * q_i . k_j) )  over the keys j the
+ * mask lets row i see, natural log, fp32 (FlashAttention's softmax_lse, the
+ * logsumexp PyTorch's fused forwards return); -inf for a row that sees no
+ * key. The backward recomputes P = exp(scale * q.k - LSE) from it.
+ *
+ * Element strides of the fp32 LSE tensor. BSHD: LSE[b, h, s] at
  * b*batch + h*head + s*seq. THD: LSE[h, t] at h*head + t*seq (batch
  * ignored). All three zero: packed ([b, h, s], or [h, total_q]). */
 typedef struct sdpa_lse_strides {
@@ -246,14 +320,76 @@ typedef struct sdpa_bwd_desc {
 
 typedef struct sdpa_bwd_plan sdpa_bwd_plan;
 
-/* Validates `desc`, picks tiles for its arch and builds the specialization
- * key and workspace size. Needs no GPU (give an arch). On a bad field
- * returns SDPA_STATUS_INVALID_ARGUMENT (or NOT_SUPPORTED for a valid value
- * this arch cannot run) and sdpa_last_error() names the field and what is
- * allowed. The runtime must outlive the plan. */
+/* Kernel families. The family is a key field. */
+typedef enum sdpa_family {
+  SDPA_FAMILY_AUTO = 0,  /* the fastest family that covers the descriptor */
+  SDPA_FAMILY_MMA = 1,   /* mma.sync: sm_80 and later (every arch)        */
+  SDPA_FAMILY_HOPPER = 2 /* wgmma + TMA, warp-specialized: sm_90 (H100,
+                            H200); compiled for sm_90a                    */
+} sdpa_family;
+
+/* Who writes dQ (a key field). */
+typedef enum sdpa_dq_writer {
+  SDPA_DQ_DEFAULT = 0, /* $SDPA_JIT_DQ_CONVERT, else the convert kernel  */
+  SDPA_DQ_CONVERT = 1, /* a convert kernel after the main kernel         */
+  SDPA_DQ_MAIN = 2     /* the main kernel itself (one kernel fewer)      */
+} sdpa_dq_writer;
+
+/* A two-valued plan choice. */
+typedef enum sdpa_switch {
+  SDPA_SWITCH_DEFAULT = 0, /* the runtime's default (its environment)   */
+  SDPA_SWITCH_ON = 1,
+  SDPA_SWITCH_OFF = 2
+} sdpa_switch;
+
+#define SDPA_BWD_PLAN_OPTIONS_VERSION 1
+
+/* Choices of a plan beyond the descriptor: tuning and testing. Initialize
+ * with SDPA_BWD_PLAN_OPTIONS_INIT; zero means "the runtime's default",
+ * which is the environment variable named with each field (read once,
+ * when the runtime was created) or else the library's choice. */
+typedef struct sdpa_bwd_plan_options {
+  unsigned int version; /* SDPA_BWD_PLAN_OPTIONS_VERSION */
+  /* SDPA_JIT_FAMILY (auto, mma, hopper): AUTO takes the Hopper family on
+   * sm_90 where it covers the descriptor, else mma.sync; a forced family
+   * that cannot run the descriptor fails the plan (NOT_SUPPORTED). */
+  sdpa_family family;
+  /* SDPA_JIT_TILES ("q_tile,kv_tile,warps,stages"): all four zero: the
+   * tile rule's; else these (the mma.sync family: tiles 32, 64 or 128,
+   * warps 4 or 8, stages 1 or 2; they must fit shared memory). */
+  int q_tile, kv_tile, warps, stages;
+  /* SDPA_JIT_DQ_CONVERT (convert, main). */
+  sdpa_dq_writer dq_writer;
+  /* SDPA_JIT_SMALL_GRID (1, 0): 64-row kv tiles for small BSHD grids. */
+  sdpa_switch small_grid;
+  /* SDPA_JIT_GRAPHS (1, 0): execute through CUDA graphs. */
+  sdpa_switch graphs;
+  /* SDPA_JIT_ORDER_GROUP: (sequence, kv head) pairs one group of the
+   * masked launch order spans; 0: about 256 blocks' worth. */
+  int order_group;
+  /* SDPA_JIT_CONFIG_ARCH (testing): pick tiles as for this arch's shared
+   * memory (at most the target's) while compiling for the target. */
+  int config_arch;
+} sdpa_bwd_plan_options;
+
+#define SDPA_BWD_PLAN_OPTIONS_INIT                                            \
+  {SDPA_BWD_PLAN_OPTIONS_VERSION, SDPA_FAMILY_AUTO, 0, 0, 0, 0,               \
+   SDPA_DQ_DEFAULT, SDPA_SWITCH_DEFAULT, SDPA_SWITCH_DEFAULT, 0, 0}
+
+/* Validates `desc`, picks the family and tiles for its arch and builds the
+ * specialization key and workspace size. Needs no GPU (give an arch). On a
+ * bad field returns SDPA_STATUS_INVALID_ARGUMENT (or NOT_SUPPORTED for a
+ * valid value this arch cannot run) and sdpa_last_error() names the field
+ * and what is allowed. The runtime must outlive the plan. Same as
+ * sdpa_bwd_plan_create_with(out, runtime, desc, NULL). */
 SDPA_API sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out,
                                           sdpa_runtime *runtime,
                                           const sdpa_bwd_desc *desc);
+
+/* sdpa_bwd_plan_create with plan options (NULL: every default). */
+SDPA_API sdpa_status sdpa_bwd_plan_create_with(
+    sdpa_bwd_plan **out, sdpa_runtime *runtime, const sdpa_bwd_desc *desc,
+    const sdpa_bwd_plan_options *options);
 
 /* Destroys a plan. NULL is a no-op. */
 SDPA_API void sdpa_bwd_plan_destroy(sdpa_bwd_plan *plan);
@@ -293,6 +429,36 @@ SDPA_API sdpa_status sdpa_bwd_compile(sdpa_bwd_plan *plan,
 
 /* NVRTC's log of the last compile of this plan ("" when none). */
 SDPA_API const char *sdpa_bwd_plan_compile_log(const sdpa_bwd_plan *plan);
+
+#define SDPA_BWD_PLAN_INFO_VERSION 1
+
+/* What a plan chose, and what its last compile did. Strings are owned by
+ * the plan. */
+typedef struct sdpa_bwd_plan_info {
+  unsigned int version;     /* SDPA_BWD_PLAN_INFO_VERSION                */
+  sdpa_family family;       /* MMA or HOPPER                             */
+  const char *family_reason; /* why this family, e.g. "sm_90: the Hopper
+                               family covers this descriptor" or "head_dim
+                               96: the Hopper family covers 64, 128"     */
+  int q_tile, kv_tile, warps, stages;
+  int smem_bytes;           /* dynamic shared memory of the main kernel */
+  sdpa_dq_writer dq_writer; /* CONVERT or MAIN                           */
+  int graphs;               /* execute launches through CUDA graphs     */
+  sdpa_source source;       /* of the last successful compile            */
+  /* After a successful compile: nonzero when the cubin is in a database
+   * (found there, or compiled and stored); 0 when it lives in this process
+   * only (memory-only cache, a store that failed or was skipped). */
+  int stored;
+} sdpa_bwd_plan_info;
+
+#define SDPA_BWD_PLAN_INFO_INIT                                               \
+  {SDPA_BWD_PLAN_INFO_VERSION, SDPA_FAMILY_AUTO, NULL, 0, 0, 0, 0, 0,          \
+   SDPA_DQ_DEFAULT, 0, SDPA_SOURCE_NONE, 0}
+
+/* Fills *out (initialized with SDPA_BWD_PLAN_INFO_INIT: its `version`
+ * says which fields the caller knows). */
+SDPA_API sdpa_status sdpa_bwd_plan_query(const sdpa_bwd_plan *plan,
+                                         sdpa_bwd_plan_info *out);
 
 /* -------------------------------------------------------------- execute */
 
@@ -359,7 +525,22 @@ typedef struct sdpa_cache_entry {
   int64_t created, last_used; /* unix seconds */
   int64_t hits;
   int readonly; /* from a shipped database */
+  /* Key fields added with the second cache layout (NULL / -1 on rows of
+   * the first, which lacked them). */
+  const char *family; /* "mma", "hopper"                                */
+  const char *lse;    /* "packed", "strided"                            */
+  int deterministic;  /* 0, 1                                           */
+  int even;           /* 0, 1                                           */
+  const char *dq;     /* "convert", "main"                              */
 } sdpa_cache_entry;
+
+/* Calls `fn` once per row of the user's database and of the shipped
+ * databases, most recently used first, holding one row at a time (the
+ * entry and its strings live until `fn` returns). A nonzero return from
+ * `fn` stops the walk (the call then returns SUCCESS). */
+typedef int (*sdpa_cache_entry_fn)(const sdpa_cache_entry *entry, void *user);
+SDPA_API sdpa_status sdpa_cache_foreach(sdpa_runtime *runtime,
+                                        sdpa_cache_entry_fn fn, void *user);
 
 /* Lists the rows of the user's database and of the shipped databases,
  * most recently used first. *out is freed with sdpa_cache_entries_free. */
@@ -398,9 +579,20 @@ typedef struct sdpa_cache_stats {
 SDPA_API sdpa_status sdpa_cache_stats_get(sdpa_runtime *runtime,
                                           sdpa_cache_stats *out);
 
-/* Verifies every row's checksum (and integrity_check of the file);
- * removes rows that fail from the user's database. OUT counts may be
- * NULL. */
+/* Verifies every row: its checksum (and MAC, with a keyed checksum) and
+ * that its blob is a cubin for its arch, and integrity_check of each file;
+ * removes rows that fail from the user's database (never from a shipped
+ * one, nor from a database opened read-only). OUT counts may be NULL.
+ * sdpa_cache_verify_report also calls `fn` (may be NULL) once per failing
+ * row: its hash, key text, what is wrong, and whether it was removed. */
+typedef void (*sdpa_cache_problem_fn)(const char *key_hash,
+                                      const char *key_text,
+                                      const char *problem, int removed,
+                                      void *user);
+SDPA_API sdpa_status sdpa_cache_verify_report(sdpa_runtime *runtime,
+                                              sdpa_cache_problem_fn fn,
+                                              void *user, int64_t *checked,
+                                              int64_t *removed);
 SDPA_API sdpa_status sdpa_cache_verify(sdpa_runtime *runtime,
                                        int64_t *checked, int64_t *removed);
 

@@ -24,10 +24,12 @@
  * Without a GPU, or for another arch, compile stops once the cubin is
  * cached: that is preheating.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cubin.h"
 #include "instantiate.h"
 #include "key.h"
 #include "nvrtc.h"
@@ -52,6 +54,23 @@ static sdpa_inflight **find_inflight(sdpa_runtime *rt, const char *hash) {
   return NULL;
 }
 
+/* The kernels every module of either family has. */
+static const char *const kernel_names[] = {SDPA_KERNEL_PREPROCESS, SDPA_KERNEL_MAIN,
+                                           SDPA_KERNEL_CONVERT, NULL};
+
+/* The cache's check of a cached blob (sdpa_cache_blob_check): a cubin for
+ * the plan's arch with the three kernels, bounds-checked (cubin.h). */
+static int check_blob(const void *blob, size_t size, void *context, char *why,
+                      size_t why_size) {
+  const sdpa_bwd_plan *plan = context;
+  if (sdpa_cubin_check(blob, size, plan->fields.arch, kernel_names, why, why_size) == 0)
+    return 0;
+  char inner[256];
+  snprintf(inner, sizeof inner, "%s", why);
+  snprintf(why, why_size, "its blob is not a cubin for this key (%s)", inner);
+  return -1;
+}
+
 /* Gets the plan's cubin from the cache, else compiles and stores it.
  * `lookup` zero skips the cache lookups (the cached cubin was rejected).
  * On success *cubin and *size (malloc'd) and *source (SHIPPED, DISK or
@@ -59,7 +78,7 @@ static sdpa_inflight **find_inflight(sdpa_runtime *rt, const char *hash) {
  * success or not. Holds only the key's cross-process lock while compiling. */
 static sdpa_status obtain_cubin(sdpa_runtime *rt, const sdpa_bwd_plan *plan,
                                 int lookup, void **cubin, size_t *size,
-                                sdpa_source *source, char **log) {
+                                sdpa_source *source, char **log, int *stored) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
   sdpa_cache_lock *lock = NULL;
   char *unit = NULL;
@@ -69,44 +88,40 @@ static sdpa_status obtain_cubin(sdpa_runtime *rt, const sdpa_bwd_plan *plan,
   *cubin = NULL;
   *size = 0;
   *log = NULL;
-  if (lookup &&
-      sdpa_cache_lookup(rt->cache, key->hash, key->text, cubin, size,
-                        source) == SDPA_STATUS_SUCCESS)
+  *stored = 0;
+  void *context = (void *)plan;
+  if (lookup && sdpa_cache_lookup(rt->cache, key->hash, key->text, check_blob, context,
+                                  cubin, size, source) == SDPA_STATUS_SUCCESS) {
+    *stored = 1;
     return SDPA_STATUS_SUCCESS;
+  }
 
   sdpa_cache_lock_key(rt->cache, key->hash, &lock);
   /* Another process may have stored it while this one waited. */
   if (lookup && lock &&
-      sdpa_cache_lookup(rt->cache, key->hash, key->text, cubin, size,
-                        source) == SDPA_STATUS_SUCCESS)
+      sdpa_cache_lookup(rt->cache, key->hash, key->text, check_blob, context, cubin, size,
+                        source) == SDPA_STATUS_SUCCESS) {
+    *stored = 1;
     goto done;
+  }
 
   if ((status = sdpa_instantiate_source(&plan->fields, &unit))) goto done;
-  status = sdpa_nvrtc_compile_timed(unit, UNIT_NAME, plan->fields.arch, cubin,
-                                    size, log, &compile_ms);
+  status = sdpa_nvrtc_compile_timed(unit, UNIT_NAME, plan->fields.arch,
+                                    plan->fields.family == SDPA_FAMILY_HOPPER, cubin, size,
+                                    log, &compile_ms);
   if (status != SDPA_STATUS_SUCCESS) goto done;
   *source = SDPA_SOURCE_COMPILED;
 
-  const sdpa_key_fields *f = &plan->fields;
   sdpa_cache_meta meta = {0};
   meta.key_hash = key->hash;
   meta.key_text = key->text;
-  meta.arch = f->arch;
-  meta.dtype = sdpa_dtype_key_name(f->dtype);
-  meta.head_dim = f->head_dim;
-  meta.head_dim_v = f->head_dim_v;
-  meta.q_tile = f->config.q_tile;
-  meta.kv_tile = f->config.kv_tile;
-  meta.warps = f->config.warps;
-  meta.stages = f->config.stages;
-  meta.mask = sdpa_mask_key_name(f->mask);
-  meta.layout = sdpa_layout_key_name(f->layout);
+  meta.fields = &plan->fields;
   meta.nvrtc_version = sdpa_nvrtc_version();
   meta.compile_ms = compile_ms;
   meta.compile_log = *log;
-  /* A store that fails only costs the row (cache.c warns); the cubin is
+  /* A store that fails only costs the row (the cache warns); the cubin is
    * good and stays in memory. */
-  (void)sdpa_cache_store(rt->cache, &meta, *cubin, *size);
+  (void)sdpa_cache_store(rt->cache, &meta, *cubin, *size, stored);
 
 done:
   if (lock) sdpa_cache_unlock_key(lock);
@@ -158,7 +173,8 @@ static sdpa_status find_or_build_entry(sdpa_runtime *rt,
   rt->inflight = flight;
   pthread_mutex_unlock(&rt->lock);
 
-  status = obtain_cubin(rt, plan, 1, &cubin, &size, source, log);
+  int stored = 0;
+  status = obtain_cubin(rt, plan, 1, &cubin, &size, source, log, &stored);
   if (status == SDPA_STATUS_SUCCESS) {
     fresh = calloc(1, sizeof *fresh);
     if (fresh) {
@@ -172,6 +188,7 @@ static sdpa_status find_or_build_entry(sdpa_runtime *rt,
       memcpy(fresh->hash, key->hash, sizeof fresh->hash);
       fresh->cubin = cubin;
       fresh->cubin_size = size;
+      fresh->stored = stored;
       cubin = NULL;
     }
   }
@@ -320,7 +337,7 @@ static sdpa_status module_for_context(sdpa_runtime *rt,
   sdpa_status status = SDPA_STATUS_SUCCESS;
   int rejected = 0, retried = 0;
   sdpa_retired_cubin *retired = NULL;
-  int smem = plan->fields.config.smem_bytes;
+  int smem = plan->smem_bytes;
 
   pthread_mutex_lock(&rt->lock);
   for (;;) {
@@ -349,8 +366,9 @@ static sdpa_status module_for_context(sdpa_runtime *rt,
     size_t size = 0;
     char *log = NULL;
     sdpa_source fresh_source = SDPA_SOURCE_COMPILED;
+    int stored = 0;
     sdpa_cache_remove(rt->cache, plan->key.hash);
-    status = obtain_cubin(rt, plan, 0, &cubin, &size, &fresh_source, &log);
+    status = obtain_cubin(rt, plan, 0, &cubin, &size, &fresh_source, &log, &stored);
     if (status == SDPA_STATUS_SUCCESS) {
       retired = calloc(1, sizeof *retired);
       if (!retired)
@@ -369,6 +387,7 @@ static sdpa_status module_for_context(sdpa_runtime *rt,
     retired = NULL;
     entry->cubin = cubin;
     entry->cubin_size = size;
+    entry->stored = stored;
     if (log) {
       free(entry->compile_log);
       entry->compile_log = log;
@@ -425,6 +444,7 @@ static sdpa_status compile_plan(sdpa_bwd_plan *plan, sdpa_source *source) {
   pthread_mutex_lock(&rt->lock);
   plan->cubin = entry->cubin;
   plan->cubin_size = entry->cubin_size;
+  plan->stored = entry->stored;
   set_plan_log(plan, entry->compile_log);
   pthread_mutex_unlock(&rt->lock);
   plan->module = module;
@@ -438,7 +458,7 @@ done:
 
 /* Makes the plan's kernels ready (sdpa_jit.h). The fast path (module
  * already loaded in the current context) is one cuCtxGetCurrent. */
-sdpa_status sdpa_bwd_compile(sdpa_bwd_plan *plan, sdpa_source *source) {
+static sdpa_status compile(sdpa_bwd_plan *plan, sdpa_source *source) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
   sdpa_source found = SDPA_SOURCE_NONE;
 
@@ -464,4 +484,8 @@ done:
   pthread_mutex_unlock(&plan->lock);
   if (source && status == SDPA_STATUS_SUCCESS) *source = found;
   return status;
+}
+
+sdpa_status sdpa_bwd_compile(sdpa_bwd_plan *plan, sdpa_source *source) {
+  return SDPA_API_CALL(compile(plan, source));
 }

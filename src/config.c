@@ -20,11 +20,12 @@
  * --tiles list). BSHD only (for THD, whose lengths arrive at execute,
  * they won 8-18% at 64 blocks but lost at 128 even causal: NOTES.md) and
  * not deterministic (its ordered dQ hand-off grows with the kv tiles).
+ * The shared memory of a configuration is sdpa_mma_smem_layout()
+ * (templates/sdpa_traits.h), the kernel's own carve.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "env.h"
 #include "plan.h"
 #include "status.h"
 
@@ -36,12 +37,17 @@ int sdpa_arch_smem_limit(int arch) {
   }
 }
 
-int sdpa_config_smem_bytes(int head_dim, int head_dim_v,
-                           const sdpa_kernel_config *c) {
-  const int ld_d = head_dim + 8, ld_dv = head_dim_v + 8, ld_n = c->kv_tile + 8;
-  return c->kv_tile * ld_d * 2 + c->kv_tile * ld_dv * 2 +
-         c->stages * c->q_tile * (ld_d + ld_dv) * 2 +
-         2 * c->q_tile * ld_n * 2 + 2 * c->stages * c->q_tile * 4;
+/* The traits configuration of tiles `t` for key fields `f`. */
+static sdpa_mma_config mma_config(const sdpa_key_fields *f, int q_tile, int kv_tile,
+                                  int warps, int stages) {
+  sdpa_mma_config c = {f->head_dim, f->head_dim_v, q_tile, kv_tile, warps, stages,
+                       f->deterministic, f->mask == SDPA_MASK_SLIDING_WINDOW,
+                       f->fold_dq};
+  return c;
+}
+
+sdpa_mma_config sdpa_config_mma(const sdpa_key_fields *f) {
+  return mma_config(f, f->q_tile, f->kv_tile, f->warps, f->stages);
 }
 
 typedef struct {
@@ -69,99 +75,91 @@ static const tile_choice small_grid_candidates[] = {
     {128, 64, 8, 2}, {64, 64, 8, 2}, {64, 64, 8, 1}, {0}};
 #define SMALL_GRID_BLOCKS 64
 
-/* Whether `d`, planned with the table's choice `c`, is a small grid (see
- * the file comment). SDPA_JIT_SMALL_GRID=0 turns the rule off (tests use
- * it to run small problems with the table's tiles); 1 or unset: on. */
-static sdpa_status small_grid(const sdpa_bwd_desc *d, const sdpa_kernel_config *c,
-                              int *out) {
-  static const char *const values[2] = {"1", "0"};
-  static const char *const meanings[2] = {"64-row kv tiles for small grids",
-                                          "the table's tiles for every grid"};
-  int off = 0;
-  sdpa_status st = sdpa_env_choice("SDPA_JIT_SMALL_GRID", values, meanings, &off);
-  *out = 0;
-  if (st) return st;
-  if (off || d->layout != SDPA_LAYOUT_BSHD ||
-      d->deterministic || c->kv_tile != 128)
-    return SDPA_STATUS_SUCCESS;
+/* Whether `d`, planned with the table's kv tile `kv_tile`, is a small grid
+ * (see the file comment; the rule is on unless options.small_grid is OFF). */
+static int small_grid(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, int kv_tile) {
+  if (o->small_grid == SDPA_SWITCH_OFF || d->layout != SDPA_LAYOUT_BSHD ||
+      d->deterministic || kv_tile != 128)
+    return 0;
   const int causal = d->mask == SDPA_MASK_CAUSAL_TOP_LEFT ||
                      d->mask == SDPA_MASK_CAUSAL_BOTTOM_RIGHT;
-  const int64_t tiles = ((int64_t)d->seqlen_kv + c->kv_tile - 1) / c->kv_tile;
+  const int64_t tiles = ((int64_t)d->seqlen_kv + kv_tile - 1) / kv_tile;
   int64_t blocks = 0; /* tiles * batch < 2^58; times heads_kv may pass int64 */
   if (__builtin_mul_overflow(tiles * d->batch, (int64_t)d->heads_kv, &blocks))
-    return SDPA_STATUS_SUCCESS; /* not small */
-  *out = blocks <= (causal ? 2 : 1) * SMALL_GRID_BLOCKS;
-  return SDPA_STATUS_SUCCESS;
+    return 0; /* not small */
+  return blocks <= (causal ? 2 : 1) * SMALL_GRID_BLOCKS;
 }
 
-/* Tuning knob: SDPA_JIT_TILES="q_tile,kv_tile,warps,stages" replaces the
- * table's choice (for every head_dim) when it fits. Tiles are key fields,
- * so such kernels get keys and cache rows of their own. */
-static sdpa_status config_from_env(const sdpa_bwd_desc *d, int limit_arch,
-                                   sdpa_kernel_config *out, int *used) {
+/* The arch whose shared memory the tiles are picked for: the target's, or
+ * options.config_arch (testing: one GPU runs every arch's configurations)
+ * when that has no more shared memory than the target. */
+static int config_arch(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o) {
+  return o->config_arch >= 80 &&
+                 sdpa_arch_smem_limit(o->config_arch) <= sdpa_arch_smem_limit(d->arch)
+             ? o->config_arch
+             : d->arch;
+}
+
+/* Sets the tiles of `f` and *smem. */
+static void take(sdpa_key_fields *f, const tile_choice *t, int *smem) {
+  f->q_tile = t->q_tile;
+  f->kv_tile = t->kv_tile;
+  f->warps = t->warps;
+  f->stages = t->stages;
+  *smem = sdpa_mma_smem_layout(sdpa_config_mma(f)).total;
+}
+
+/* The shared memory tiles `t` need with key fields `f`. */
+static int smem_of(const sdpa_key_fields *f, const tile_choice *t) {
+  return sdpa_mma_smem_layout(mma_config(f, t->q_tile, t->kv_tile, t->warps, t->stages))
+      .total;
+}
+
+sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o,
+                               sdpa_key_fields *f, int *smem) {
+  const int limit_arch = config_arch(d, o);
   const int limit = sdpa_arch_smem_limit(limit_arch);
-  const char *env = getenv("SDPA_JIT_TILES");
-  *used = 0;
-  if (!env || !*env) return SDPA_STATUS_SUCCESS;
-  sdpa_kernel_config c = {0, 0, 0, 0, 0};
-  if (sscanf(env, "%d,%d,%d,%d", &c.q_tile, &c.kv_tile, &c.warps, &c.stages) != 4 ||
-      (c.q_tile != 32 && c.q_tile != 64 && c.q_tile != 128) ||
-      (c.kv_tile != 32 && c.kv_tile != 64 && c.kv_tile != 128) ||
-      (c.warps != 4 && c.warps != 8) || (c.stages != 1 && c.stages != 2))
-    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
-                          "SDPA_JIT_TILES = \"%s\" is not valid: expected "
-                          "\"q_tile,kv_tile,warps,stages\" with tiles 32, 64 or "
-                          "128, warps 4 or 8, stages 1 or 2",
-                          env);
-  c.smem_bytes = sdpa_config_smem_bytes(d->head_dim, d->head_dim_v, &c);
-  if (c.smem_bytes > limit)
-    return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
-                          "SDPA_JIT_TILES = \"%s\" needs %d bytes of shared "
-                          "memory at head_dim %d; sm_%d allows %d",
-                          env, c.smem_bytes, d->head_dim, limit_arch, limit);
-  *out = c;
-  *used = 1;
-  return SDPA_STATUS_SUCCESS;
-}
-
-/* Testing knob: SDPA_JIT_CONFIG_ARCH=80 picks tiles as the table does for
- * that arch (its shared-memory budget) while compiling for the real one, so
- * one GPU can run every arch's configurations. */
-static int config_arch(const sdpa_bwd_desc *d) {
-  const char *env = getenv("SDPA_JIT_CONFIG_ARCH");
-  int arch = env && *env ? atoi(env) : 0;
-  return arch >= 80 && sdpa_arch_smem_limit(arch) <= sdpa_arch_smem_limit(d->arch)
-             ? arch : d->arch;
-}
-
-sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, sdpa_kernel_config *out) {
-  const int limit_arch = config_arch(d);
-  const int limit = sdpa_arch_smem_limit(limit_arch);
-  int from_env = 0;
-  sdpa_status st = config_from_env(d, limit_arch, out, &from_env);
-  if (st || from_env) return st;
+  if (o->q_tile) {
+    /* The options' (or SDPA_JIT_TILES') tiles, for every head_dim, when
+     * this family has them and they fit. Tiles are key fields, so such
+     * kernels get keys and cache rows of their own. */
+    const tile_choice t = {o->q_tile, o->kv_tile, o->warps, o->stages};
+    if ((t.q_tile != 32 && t.q_tile != 64 && t.q_tile != 128) ||
+        (t.kv_tile != 32 && t.kv_tile != 64 && t.kv_tile != 128) ||
+        (t.warps != 4 && t.warps != 8))
+      return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
+                            "tiles %d,%d,%d,%d (options or SDPA_JIT_TILES) are not "
+                            "tiles of the mma.sync family: tiles 32, 64 or 128, warps "
+                            "4 or 8, stages 1 or 2",
+                            t.q_tile, t.kv_tile, t.warps, t.stages);
+    const int need = smem_of(f, &t);
+    if (need > limit)
+      return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
+                            "tiles %d,%d,%d,%d (options or SDPA_JIT_TILES) need %d "
+                            "bytes of shared memory at head_dim %d; sm_%d allows %d",
+                            t.q_tile, t.kv_tile, t.warps, t.stages, need, d->head_dim,
+                            limit_arch, limit);
+    take(f, &t, smem);
+    return SDPA_STATUS_SUCCESS;
+  }
   int smallest = 0;
   for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
     if (table[i].head_dim != d->head_dim) continue;
     for (int k = 0; k < 4 && table[i].candidates[k].q_tile; ++k) {
       const tile_choice *t = &table[i].candidates[k];
-      sdpa_kernel_config c = {t->q_tile, t->kv_tile, t->warps, t->stages, 0};
-      c.smem_bytes = sdpa_config_smem_bytes(d->head_dim, d->head_dim_v, &c);
-      if (c.smem_bytes <= limit) {
-        int small = 0;
-        if ((st = small_grid(d, &c, &small))) return st;
-        for (const tile_choice *s = small_grid_candidates; small && s->q_tile; ++s) {
-          sdpa_kernel_config n = {s->q_tile, s->kv_tile, s->warps, s->stages, 0};
-          n.smem_bytes = sdpa_config_smem_bytes(d->head_dim, d->head_dim_v, &n);
-          if (n.smem_bytes <= limit) {
-            c = n;
+      const int need = smem_of(f, t);
+      if (need > limit) {
+        smallest = need;
+        continue;
+      }
+      if (small_grid(d, o, t->kv_tile))
+        for (const tile_choice *s = small_grid_candidates; s->q_tile; ++s)
+          if (smem_of(f, s) <= limit) {
+            t = s;
             break;
           }
-        }
-        *out = c;
-        return SDPA_STATUS_SUCCESS;
-      }
-      smallest = c.smem_bytes;
+      take(f, t, smem);
+      return SDPA_STATUS_SUCCESS;
     }
     return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
                           "desc.head_dim = %d (head_dim_v %d) needs %d bytes of "
@@ -172,6 +170,27 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, sdpa_kernel_config *out) 
   /* Unreachable: plan.c admits only the table's head dims. */
   return sdpa_error_set(SDPA_STATUS_INTERNAL,
                         "no kernel configuration for head_dim %d", d->head_dim);
+}
+
+size_t sdpa_config_candidates(int head_dim, sdpa_mma_config *out, size_t capacity) {
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
+    if (table[i].head_dim != head_dim) continue;
+    for (int k = 0; k < 4 && table[i].candidates[k].q_tile; ++k) {
+      const tile_choice *t = &table[i].candidates[k];
+      if (n < capacity)
+        out[n] = (sdpa_mma_config){head_dim, head_dim, t->q_tile, t->kv_tile,
+                                   t->warps, t->stages, 0, 0, 0};
+      n++;
+    }
+    for (const tile_choice *s = small_grid_candidates; s->q_tile; ++s) {
+      if (n < capacity)
+        out[n] = (sdpa_mma_config){head_dim, head_dim, s->q_tile, s->kv_tile,
+                                   s->warps, s->stages, 0, 0, 0};
+      n++;
+    }
+  }
+  return n;
 }
 
 int sdpa_config_supports_head_dim(int head_dim) {

@@ -12,7 +12,6 @@
  */
 #include <stdint.h>
 
-#include "instantiate.h"
 #include "launch.h"
 #include "runtime.h"
 #include "status.h"
@@ -126,9 +125,8 @@ static sdpa_status current_module(sdpa_bwd_plan *plan, const sdpa_driver **drv,
   return SDPA_STATUS_SUCCESS;
 }
 
-sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
-                             const sdpa_bwd_tensors *t, void *workspace,
-                             size_t workspace_bytes, void *stream) {
+static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void *workspace,
+                           size_t workspace_bytes, void *stream) {
   sdpa_status status;
   const sdpa_driver *drv = NULL;
   sdpa_module_entry *m = NULL;
@@ -140,7 +138,6 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
   if ((status = take_device_error(m))) return status;
 
   const sdpa_bwd_desc *d = &plan->desc;
-  const sdpa_kernel_config *c = &plan->fields.config;
   /* The plan holds everything but the call's pointers and THD totals. */
   sdpa_kernel_params p = plan->params;
   p.q = t->q; p.k = t->k; p.v = t->v; p.o = t->o; p.dout = t->dout;
@@ -174,7 +171,7 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
   if (main_x > 0)
     launches[count++] = (sdpa_launch){m->main, "launching sdpa_bwd_main",
                                       (unsigned)main_x, (unsigned)d->heads_kv,
-                                      32u * (unsigned)c->warps, (unsigned)c->smem_bytes};
+                                      (unsigned)plan->threads, (unsigned)plan->smem_bytes};
   if (!fold_dq && aux_blocks > 0 && convert_x > 0)
     launches[count++] = (sdpa_launch){m->convert, "launching sdpa_bwd_convert_dq",
                                       (unsigned)convert_x, 1u, SDPA_AUX_THREADS, 0u};
@@ -182,7 +179,12 @@ sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan,
                          count, &p);
 }
 
-sdpa_status sdpa_bwd_sync_check(sdpa_bwd_plan *plan, void *stream) {
+sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t,
+                             void *workspace, size_t workspace_bytes, void *stream) {
+  return SDPA_API_CALL(execute(plan, t, workspace, workspace_bytes, stream));
+}
+
+static sdpa_status sync_check(sdpa_bwd_plan *plan, void *stream) {
   sdpa_status status;
   const sdpa_driver *drv = NULL;
   sdpa_module_entry *m = NULL;
@@ -194,4 +196,8 @@ sdpa_status sdpa_bwd_sync_check(sdpa_bwd_plan *plan, void *stream) {
   status = take_device_error(m);
 done:
   return status;
+}
+
+sdpa_status sdpa_bwd_sync_check(sdpa_bwd_plan *plan, void *stream) {
+  return SDPA_API_CALL(sync_check(plan, stream));
 }

@@ -1,7 +1,7 @@
 /*
  * key.c — the specialization key: canonical text and its XXH3-128 hash.
  *
- * The text names every field that selects code (key.h) and nothing
+ * The text names every field that selects code (key_fields.h) and nothing
  * machine-local, so one cache row serves every shape of its class on every
  * machine. The hash is what the cache rows are keyed by; besides the text it
  * covers everything else that changes the bytes NVRTC produces, so a stale
@@ -18,6 +18,7 @@
 #include "key.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
@@ -29,30 +30,71 @@
 static pthread_once_t templates_once = PTHREAD_ONCE_INIT;
 static XXH3_state_t *templates_state; /* after part 1; NULL on OOM */
 
+const char *sdpa_key_value_name(sdpa_key_kind kind, int value) {
+  switch (kind) {
+  case SDPA_KEY_KIND_INT:
+  case SDPA_KEY_KIND_BOOL: return NULL;
+  case SDPA_KEY_KIND_DTYPE:
+    return value == SDPA_DTYPE_FP16 ? "fp16" : value == SDPA_DTYPE_BF16 ? "bf16" : "unknown";
+  case SDPA_KEY_KIND_FAMILY:
+    return value == SDPA_FAMILY_MMA ? "mma" : value == SDPA_FAMILY_HOPPER ? "hopper" : "unknown";
+  case SDPA_KEY_KIND_LSE: return value == 1 ? "packed" : value == 0 ? "strided" : "unknown";
+  case SDPA_KEY_KIND_LAYOUT:
+    return value == SDPA_LAYOUT_BSHD ? "bshd" : value == SDPA_LAYOUT_THD ? "thd" : "unknown";
+  case SDPA_KEY_KIND_MASK:
+    switch (value) {
+    case SDPA_MASK_NONE: return "none";
+    case SDPA_MASK_CAUSAL_TOP_LEFT: return "causal_tl";
+    case SDPA_MASK_CAUSAL_BOTTOM_RIGHT: return "causal_br";
+    case SDPA_MASK_SLIDING_WINDOW: return "window";
+    }
+    return "unknown";
+  case SDPA_KEY_KIND_DQ: return value == 1 ? "main" : value == 0 ? "convert" : "unknown";
+  }
+  return "unknown";
+}
+
 const char *sdpa_dtype_key_name(sdpa_dtype dtype) {
-  switch (dtype) {
-  case SDPA_DTYPE_FP16: return "fp16";
-  case SDPA_DTYPE_BF16: return "bf16";
-  }
-  return "unknown";
+  return sdpa_key_value_name(SDPA_KEY_KIND_DTYPE, (int)dtype);
 }
-
 const char *sdpa_mask_key_name(sdpa_mask mask) {
-  switch (mask) {
-  case SDPA_MASK_NONE: return "none";
-  case SDPA_MASK_CAUSAL_TOP_LEFT: return "causal_tl";
-  case SDPA_MASK_CAUSAL_BOTTOM_RIGHT: return "causal_br";
-  case SDPA_MASK_SLIDING_WINDOW: return "window";
-  }
-  return "unknown";
+  return sdpa_key_value_name(SDPA_KEY_KIND_MASK, (int)mask);
+}
+const char *sdpa_layout_key_name(sdpa_layout layout) {
+  return sdpa_key_value_name(SDPA_KEY_KIND_LAYOUT, (int)layout);
+}
+const char *sdpa_family_key_name(sdpa_family family) {
+  return sdpa_key_value_name(SDPA_KEY_KIND_FAMILY, (int)family);
 }
 
-const char *sdpa_layout_key_name(sdpa_layout layout) {
-  switch (layout) {
-  case SDPA_LAYOUT_BSHD: return "bshd";
-  case SDPA_LAYOUT_THD: return "thd";
-  }
-  return "unknown";
+/* One row per key field, in key order (key_fields.h). */
+typedef struct field_info {
+  const char *text, *column;
+  sdpa_key_kind kind;
+  size_t offset;
+} field_info;
+
+static const field_info fields_info[SDPA_KEY_FIELD_COUNT] = {
+#define FIELD_ROW(member, text, column, kind, define, entry)                  \
+  {text, column, SDPA_KEY_KIND_##kind, offsetof(sdpa_key_fields, member)},
+    SDPA_KEY_FIELDS(FIELD_ROW)
+#undef FIELD_ROW
+};
+
+const char *sdpa_key_field_text(const sdpa_key_fields *f, int index,
+                                const char **name, const char **column,
+                                char *buf, size_t size) {
+  const field_info *info = &fields_info[index];
+  int value;
+  memcpy(&value, (const char *)f + info->offset, sizeof value);
+  if (name) *name = info->text;
+  if (column) *column = info->column;
+  const char *named = sdpa_key_value_name(info->kind, value);
+  if (named)
+    snprintf(buf, size, "%s", named);
+  else
+    snprintf(buf, size, "%d", info->kind == SDPA_KEY_KIND_BOOL ? value != 0 : value);
+  return buf;
 }
 
 /* Feeds a string and its terminating NUL (the NUL keeps "ab"+"c" apart
@@ -86,20 +128,24 @@ __attribute__((destructor)) static void free_templates_state(void) {
   templates_state = NULL;
 }
 
-/* Writes the canonical text of `fields` into `out`; returns the length
- * snprintf reports (>= size means it did not fit). */
+/* Writes the canonical text of `fields` into `out` ("sdpa_bwd;" and
+ * name=value for every field, ';'-separated); returns the length it needs
+ * (>= size means it did not fit). */
 static int key_text(const sdpa_key_fields *fields, char *out, size_t size) {
-  const sdpa_kernel_config *c = &fields->config;
-  return snprintf(out, size,
-                  "sdpa_bwd;arch=%d;dtype=%s;hd=%d;hdv=%d;qt=%d;kvt=%d;"
-                  "warps=%d;stages=%d;lse=%s;layout=%s;mask=%s;det=%d;even=%d;"
-                  "dq=%s",
-                  fields->arch, sdpa_dtype_key_name(fields->dtype),
-                  fields->head_dim, fields->head_dim_v, c->q_tile, c->kv_tile,
-                  c->warps, c->stages, fields->lse_packed ? "packed" : "strided",
-                  sdpa_layout_key_name(fields->layout),
-                  sdpa_mask_key_name(fields->mask), fields->deterministic ? 1 : 0,
-                  fields->even ? 1 : 0, fields->fold_dq ? "main" : "convert");
+  size_t used = 0;
+  int n = snprintf(out, size, "sdpa_bwd");
+  if (n < 0) return n;
+  used = (size_t)n;
+  for (int i = 0; i < SDPA_KEY_FIELD_COUNT; i++) {
+    char value[32];
+    const char *name = NULL;
+    sdpa_key_field_text(fields, i, &name, NULL, value, sizeof value);
+    n = snprintf(out + (used < size ? used : size), used < size ? size - used : 0,
+                 ";%s=%s", name, value);
+    if (n < 0) return n;
+    used += (size_t)n;
+  }
+  return (int)used;
 }
 
 /* Builds key->text and key->hash from `fields` (key.h). Fails with
@@ -112,7 +158,8 @@ sdpa_status sdpa_key_build(const sdpa_key_fields *fields, sdpa_key *key) {
   if (!fields || !key)
     return sdpa_error_set(SDPA_STATUS_INTERNAL,
                           "sdpa_key_build: fields and key must not be NULL");
-  const char *const *options = sdpa_nvrtc_options(fields->arch);
+  const char *const *options =
+      sdpa_nvrtc_options(fields->arch, fields->family == SDPA_FAMILY_HOPPER);
   if (!options)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "arch %d is out of range for a kernel key",

@@ -7,18 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "env.h"
 #include "status.h"
 
-sdpa_status sdpa_launch_graphs_init(sdpa_launch_graphs *g) {
-  static const char *const values[2] = {"1", "0"};
-  static const char *const meanings[2] = {"execute launches through a graph per stream",
-                                          "kernel by kernel"};
-  int off = 0;
+sdpa_status sdpa_launch_graphs_init(sdpa_launch_graphs *g, int enabled) {
   memset(g, 0, sizeof *g);
-  sdpa_status st = sdpa_env_choice("SDPA_JIT_GRAPHS", values, meanings, &off);
-  if (st) return st;
-  g->enabled = !off;
+  g->enabled = enabled != 0;
   if (pthread_mutex_init(&g->lock, NULL) != 0)
     return sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
                           "could not initialize the plan's graph mutex");

@@ -14,8 +14,8 @@
  * stream's first call, while the stream is being captured into a graph
  * (the capture records the kernels), when another thread holds the plan's
  * graphs, when the plan has seen SDPA_LAUNCH_GRAPHS other streams, when
- * the driver lacks graphs, after a graph could not be made, or with
- * SDPA_JIT_GRAPHS=0.
+ * the driver lacks graphs, after a graph could not be made, or with the
+ * plan's graphs off (options.graphs, SDPA_JIT_GRAPHS=0).
  */
 #ifndef SDPA_LAUNCH_H
 #define SDPA_LAUNCH_H
@@ -52,16 +52,15 @@ typedef struct sdpa_launch_graph {
 /* A plan's graphs. */
 typedef struct sdpa_launch_graphs {
   pthread_mutex_t lock; /* held by one execute at a time (try-locked) */
-  int enabled;          /* SDPA_JIT_GRAPHS, read at plan creation     */
+  int enabled;          /* the plan's options.graphs                 */
   int failed;           /* a graph could not be made: launch directly */
   int used;             /* graphs[0..used) are in use                 */
   sdpa_launch_graph graphs[SDPA_LAUNCH_GRAPHS];
 } sdpa_launch_graphs;
 
-/* Initializes `g` (no graph yet), reading SDPA_JIT_GRAPHS: "0" turns the
- * graphs off, "1" or unset on; anything else is INVALID_ARGUMENT naming
- * the variable. */
-sdpa_status sdpa_launch_graphs_init(sdpa_launch_graphs *g);
+/* Initializes `g` (no graph yet); `enabled` zero: kernel by kernel
+ * always (the plan's options.graphs). */
+sdpa_status sdpa_launch_graphs_init(sdpa_launch_graphs *g, int enabled);
 
 /* Destroys `g`'s graphs through `drv` (NULL: the process's driver, when
  * there are graphs), each in its own context (driver errors ignored: the

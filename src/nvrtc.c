@@ -37,19 +37,21 @@ static char version_text[32];
 static int supported_archs[64];
 static int supported_count;
 static char supported_text[256];
-static char arch_option[ARCH_LIMIT][40];
-static const char *option_lists[ARCH_LIMIT][5];
+static char arch_option[ARCH_LIMIT][2][40];
+static const char *option_lists[ARCH_LIMIT][2][5];
 
-/* Writes "--gpu-architecture=sm_<arch>" for 0 <= arch < 1000 (256 of
- * them per process: by snprintf they took 10-20 us of a fresh process's
- * first plan). */
-static void format_arch_option(char *out, int arch) {
+/* Writes "--gpu-architecture=sm_<arch>" (with `specific`, the
+ * arch-specific target "sm_<arch>a": wgmma, setmaxnreg) for 0 <= arch <
+ * 1000 (512 of them per process: by snprintf they took 10-20 us of a
+ * fresh process's first plan). */
+static void format_arch_option(char *out, int arch, int specific) {
   static const char prefix[] = "--gpu-architecture=sm_";
   memcpy(out, prefix, sizeof prefix - 1);
   char *p = out + sizeof prefix - 1;
   if (arch >= 100) *p++ = (char)('0' + arch / 100);
   if (arch >= 10) *p++ = (char)('0' + arch / 10 % 10);
   *p++ = (char)('0' + arch % 10);
+  if (specific) *p++ = 'a';
   *p = '\0';
 }
 
@@ -78,14 +80,16 @@ static void init_tables(void) {
     used += (size_t)n;
   }
 
-  for (int arch = 0; arch < ARCH_LIMIT; arch++) {
-    format_arch_option(arch_option[arch], arch);
-    option_lists[arch][0] = arch_option[arch];
-    option_lists[arch][1] = "-std=c++17";
-    option_lists[arch][2] = "--device-as-default-execution-space";
-    option_lists[arch][3] = "--ptxas-options=-v";
-    option_lists[arch][4] = NULL;
-  }
+  for (int arch = 0; arch < ARCH_LIMIT; arch++)
+    for (int specific = 0; specific < 2; specific++) {
+      const char **list = option_lists[arch][specific];
+      format_arch_option(arch_option[arch][specific], arch, specific);
+      list[0] = arch_option[arch][specific];
+      list[1] = "-std=c++17";
+      list[2] = "--device-as-default-execution-space";
+      list[3] = "--ptxas-options=-v";
+      list[4] = NULL;
+    }
 }
 
 const char *sdpa_nvrtc_version(void) {
@@ -93,10 +97,10 @@ const char *sdpa_nvrtc_version(void) {
   return version_text;
 }
 
-const char *const *sdpa_nvrtc_options(int arch) {
+const char *const *sdpa_nvrtc_options(int arch, int arch_specific) {
   pthread_once(&init_once, init_tables);
   if (arch < 0 || arch >= ARCH_LIMIT) return NULL;
-  return option_lists[arch];
+  return option_lists[arch][arch_specific != 0];
 }
 
 int sdpa_nvrtc_arch_known(int arch) {
@@ -147,8 +151,8 @@ static double elapsed_ms(const struct timespec *start) {
  * nvrtc.h. `compile_ms` (may be NULL) gets the wall time of the NVRTC calls
  * from program creation to the cubin copy, CLOCK_MONOTONIC. */
 sdpa_status sdpa_nvrtc_compile_timed(const char *source, const char *name,
-                                     int arch, void **cubin, size_t *size,
-                                     char **log, double *compile_ms) {
+                                     int arch, int arch_specific, void **cubin,
+                                     size_t *size, char **log, double *compile_ms) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
   nvrtcProgram program = NULL;
   const char **header_data = NULL, **header_names = NULL;
@@ -164,7 +168,7 @@ sdpa_status sdpa_nvrtc_compile_timed(const char *source, const char *name,
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "sdpa_nvrtc_compile: source, cubin, size and log "
                           "must not be NULL");
-  const char *const *options = sdpa_nvrtc_options(arch);
+  const char *const *options = sdpa_nvrtc_options(arch, arch_specific);
   if (!options || arch < 10)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "sdpa_nvrtc_compile: arch %d is out of range", arch);
@@ -202,11 +206,11 @@ sdpa_status sdpa_nvrtc_compile_timed(const char *source, const char *name,
     char head[1536];
     first_lines(text ? text : "", MESSAGE_LOG_LINES, head, sizeof head);
     status = sdpa_error_set(SDPA_STATUS_COMPILE_FAILED,
-                            "NVRTC %s could not compile the kernel for sm_%d "
+                            "NVRTC %s could not compile the kernel for sm_%d%s "
                             "(%s); the full log is in "
                             "sdpa_bwd_plan_compile_log():\n%s",
-                            sdpa_nvrtc_version(), arch, nvrtcGetErrorString(rc),
-                            head);
+                            sdpa_nvrtc_version(), arch, arch_specific ? "a" : "",
+                            nvrtcGetErrorString(rc), head);
     goto done;
   }
   size_t binary_size = 0;
@@ -245,5 +249,5 @@ done:
 
 sdpa_status sdpa_nvrtc_compile(const char *source, const char *name, int arch,
                                void **cubin, size_t *size, char **log) {
-  return sdpa_nvrtc_compile_timed(source, name, arch, cubin, size, log, NULL);
+  return sdpa_nvrtc_compile_timed(source, name, arch, 0, cubin, size, log, NULL);
 }

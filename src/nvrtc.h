@@ -15,11 +15,13 @@
 /* "13.0": NVRTC's version as it enters the key. */
 const char *sdpa_nvrtc_version(void);
 
-/* The option list used for `arch` ("--gpu-architecture=sm_90",
- * "-std=c++17", "--device-as-default-execution-space",
- * "--ptxas-options=-v"), NULL-terminated,
- * static; NULL for an arch outside 0..255. Enters the key. */
-const char *const *sdpa_nvrtc_options(int arch);
+/* The option list used for `arch` ("--gpu-architecture=sm_90", or with
+ * `arch_specific` the arch-specific target "sm_90a" the Hopper family
+ * needs for wgmma and setmaxnreg; "-std=c++17",
+ * "--device-as-default-execution-space", "--ptxas-options=-v"),
+ * NULL-terminated, static; NULL for an arch outside 0..255. Enters the
+ * key. */
+const char *const *sdpa_nvrtc_options(int arch, int arch_specific);
 
 /* Compiles `source` (named `name` in diagnostics) for `arch` with the
  * embedded templates as headers. On success *cubin (malloc'd) and *size.
@@ -29,11 +31,12 @@ const char *const *sdpa_nvrtc_options(int arch);
 sdpa_status sdpa_nvrtc_compile(const char *source, const char *name, int arch,
                                void **cubin, size_t *size, char **log);
 
-/* sdpa_nvrtc_compile, and the wall time of the NVRTC calls in ms
- * (CLOCK_MONOTONIC) through `compile_ms` (may be NULL). */
+/* sdpa_nvrtc_compile for the arch-specific target too (`arch_specific`),
+ * and the wall time of the NVRTC calls in ms (CLOCK_MONOTONIC) through
+ * `compile_ms` (may be NULL). */
 sdpa_status sdpa_nvrtc_compile_timed(const char *source, const char *name,
-                                     int arch, void **cubin, size_t *size,
-                                     char **log, double *compile_ms);
+                                     int arch, int arch_specific, void **cubin,
+                                     size_t *size, char **log, double *compile_ms);
 
 /* Nonzero when NVRTC can target `arch` (nvrtcGetSupportedArchs). */
 int sdpa_nvrtc_arch_known(int arch);

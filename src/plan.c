@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "env.h"
+#include "hopper.h"
 #include "instantiate.h"
 #include "key.h"
 #include "nvrtc.h"
@@ -390,15 +390,6 @@ int64_t sdpa_dq_blocks(const sdpa_bwd_desc *d, int64_t rows_q) {
                                       : (int64_t)d->batch * ((d->seqlen_q + 15) / 16);
 }
 
-/* Whether the main kernel writes dQ itself (the key field fold_dq): only
- * with SDPA_JIT_DQ_CONVERT=main (see the file comment). */
-static sdpa_status choose_dq_writer(sdpa_bwd_plan *plan) {
-  static const char *const values[2] = {"convert", "main"};
-  static const char *const meanings[2] = {"a convert kernel writes dQ",
-                                          "the main kernel writes dQ"};
-  return sdpa_env_choice("SDPA_JIT_DQ_CONVERT", values, meanings, &plan->fields.fold_dq);
-}
-
 /* Blocks a group of the masked launch order aims at (sdpa_bwd.cuh,
  * decode_block): about two waves of a 132-SM part at one block per SM.
  * Fewer, and a group's heaviest kv tiles start while the last group's
@@ -409,26 +400,14 @@ static sdpa_status choose_dq_writer(sdpa_bwd_plan *plan) {
 /* (sequence, kv head) pairs per group of the masked launch order (the
  * 8-warp kernels; the 4-warp ones run j-major and ignore it), for
  * `kv_tiles` >= 1 kv tiles a pair: ORDER_GROUP_BLOCKS worth of kv tiles,
- * or SDPA_JIT_ORDER_GROUP (tuning and testing: any positive count; the
+ * or options.order_group (tuning and testing: any positive count; the
  * grid is the same); at most every pair. */
-static sdpa_status launch_order_group(const sdpa_bwd_desc *d, int64_t kv_tiles,
-                                      int *out) {
+static int launch_order_group(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o,
+                              int64_t kv_tiles) {
   const int64_t pairs = (int64_t)d->batch * d->heads_kv;
   int64_t group = (ORDER_GROUP_BLOCKS + kv_tiles - 1) / kv_tiles;
-  const char *env = getenv("SDPA_JIT_ORDER_GROUP");
-  if (env && *env) {
-    char *end = NULL;
-    const long v = strtol(env, &end, 10);
-    if (*end || v < 1 || v > INT32_MAX)
-      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
-                            "SDPA_JIT_ORDER_GROUP = \"%s\" is not valid: expected "
-                            "a count of (sequence, kv head) pairs from 1 to %d, "
-                            "or unset",
-                            env, INT32_MAX);
-    group = v;
-  }
-  *out = (int)(group < pairs ? group : pairs);
-  return SDPA_STATUS_SUCCESS;
+  if (o->order_group > 0) group = o->order_group;
+  return (int)(group < pairs ? group : pairs);
 }
 
 /* Fills the plan's kernel parameter block (all but the call's pointers
@@ -436,7 +415,7 @@ static sdpa_status launch_order_group(const sdpa_bwd_desc *d, int64_t kv_tiles,
  * exceeds the launch limits (x < 2^31, y < 2^16) at the plan's bounds. */
 static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
-  const sdpa_kernel_config *c = &plan->fields.config;
+  const sdpa_key_fields *c = &plan->fields;
   sdpa_kernel_params *p = &plan->params;
 #define STRIDES(dst, src)                                                     \
   do {                                                                        \
@@ -463,13 +442,14 @@ static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
   p->q_blocks = (d->seqlen_q + 15) / 16;
   p->window_left = d->window_left; /* -1 unless a sliding window */
   p->window_right = d->window_right;
-  const int64_t kv_tiles = (d->seqlen_kv + c->kv_tile - 1) / c->kv_tile;
-  sdpa_status st = launch_order_group(d, kv_tiles, &p->order_group);
-  if (st) return st;
+  const int64_t kv_tiles = sdpa_tiles(d->seqlen_kv, c->kv_tile);
+  p->order_group = launch_order_group(d, &plan->options, kv_tiles);
   p->scale = d->scale;
   p->scale_log2 = d->scale * 1.4426950408889634f;
 
-  plan->main_grid_x = kv_tiles * d->batch; /* < 2^27 * 2^31 */
+  plan->main_grid_x = sdpa_mma_main_grid_x(sdpa_config_mma(c), d->seqlen_kv,
+                                           d->batch); /* < 2^27 * 2^31 */
+  plan->threads = sdpa_mma_threads(sdpa_config_mma(c));
   /* THD: batch and max_s are bounded only each on its own, so the product
    * may pass int64; saturate (the check below rejects it). */
   if (__builtin_mul_overflow((int64_t)p->q_blocks * d->batch, (int64_t)d->heads_q,
@@ -504,7 +484,7 @@ static sdpa_status workspace_overflow(const sdpa_bwd_plan *plan) {
  * resolved (the writer decides whether the counters are needed). */
 static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
-  const sdpa_kernel_config *c = &plan->fields.config;
+  const sdpa_key_fields *c = &plan->fields;
   int thd = d->layout == SDPA_LAYOUT_THD;
   plan->rows_q = thd ? d->max_total_q : (int64_t)d->batch * d->seqlen_q;
   plan->rows_kv = thd ? d->max_total_kv : (int64_t)d->batch * d->seqlen_kv;
@@ -527,10 +507,57 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   return SDPA_STATUS_SUCCESS;
 }
 
-/* Creates a plan (sdpa_jit.h): validates, picks the config, builds the key
- * and sizes the workspace. */
-sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
-                                 const sdpa_bwd_desc *desc) {
+/* Picks the plan's family (options.family, AUTO resolved) and records
+ * why. The Hopper family needs sm_90 and covers what
+ * sdpa_hopper_covers() admits; AUTO falls back to mma.sync with the reason
+ * recorded, a forced Hopper family fails with it. */
+static sdpa_status choose_family(sdpa_bwd_plan *plan) {
+  const sdpa_bwd_desc *d = &plan->desc;
+  const sdpa_family asked = plan->options.family;
+  char why[160] = "";
+  const int hopper_ok = sdpa_hopper_covers(d, &plan->options, why, sizeof why);
+  if (asked == SDPA_FAMILY_MMA) {
+    plan->fields.family = SDPA_FAMILY_MMA;
+    snprintf(plan->family_reason, sizeof plan->family_reason,
+             "mma.sync: asked for by options.family (or SDPA_JIT_FAMILY)");
+  } else if (hopper_ok) {
+    plan->fields.family = SDPA_FAMILY_HOPPER;
+    snprintf(plan->family_reason, sizeof plan->family_reason, "hopper: %s%s",
+             asked == SDPA_FAMILY_HOPPER ? "asked for; " : "", why);
+  } else if (asked == SDPA_FAMILY_HOPPER) {
+    return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
+                          "options.family = hopper (or SDPA_JIT_FAMILY=hopper) cannot "
+                          "run this descriptor: %s; use SDPA_FAMILY_AUTO or "
+                          "SDPA_FAMILY_MMA",
+                          why);
+  } else {
+    plan->fields.family = SDPA_FAMILY_MMA;
+    snprintf(plan->family_reason, sizeof plan->family_reason, "mma.sync: %s", why);
+  }
+  return SDPA_STATUS_SUCCESS;
+}
+
+/* Sets the key fields the descriptor and options decide (all but the
+ * tiles and `even`). */
+static void descriptor_fields(sdpa_bwd_plan *plan) {
+  const sdpa_bwd_desc *d = &plan->desc;
+  sdpa_key_fields *f = &plan->fields;
+  f->arch = d->arch;
+  f->dtype = d->dtype;
+  f->head_dim = d->head_dim;
+  f->head_dim_v = d->head_dim_v;
+  f->lse_packed = d->lse.seq == 1;
+  f->layout = d->layout;
+  f->mask = d->mask;
+  f->deterministic = d->deterministic;
+  f->fold_dq = plan->options.dq_writer == SDPA_DQ_MAIN;
+}
+
+/* Creates a plan (sdpa_jit.h): validates, resolves the options, picks the
+ * family and tiles, builds the key and sizes the workspace. */
+static sdpa_status plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
+                               const sdpa_bwd_desc *desc,
+                               const sdpa_bwd_plan_options *options) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
   sdpa_bwd_plan *plan = NULL;
   char no_device_message[1024] = "";
@@ -556,6 +583,8 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
     return sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
                           "out of host memory creating a plan");
   plan->runtime = runtime;
+  if ((status = sdpa_options_resolve(&runtime->defaults, options, &plan->options)))
+    goto done;
 
   int arch = desc->arch;
   const char *origin = "desc.arch";
@@ -571,32 +600,28 @@ sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
                              &plan->desc)))
     goto done;
 
-  if ((status = sdpa_config_select(&plan->desc, &plan->fields.config)))
-    goto done;
-  const sdpa_kernel_config *c = &plan->fields.config;
-
   const sdpa_bwd_desc *d = &plan->desc;
   sdpa_key_fields *f = &plan->fields;
-  f->arch = d->arch;
-  f->dtype = d->dtype;
-  f->head_dim = d->head_dim;
-  f->head_dim_v = d->head_dim_v;
-  f->lse_packed = d->lse.seq == 1;
+  descriptor_fields(plan);
+  if ((status = choose_family(plan))) goto done;
+  if (f->family == SDPA_FAMILY_HOPPER)
+    status = sdpa_hopper_config_select(d, &plan->options, f, &plan->smem_bytes);
+  else
+    status = sdpa_config_select(d, &plan->options, f, &plan->smem_bytes);
+  if (status) goto done;
   /* Packed THD LSE is [heads, total_q]: its head stride is the launch's
    * token total, bound at execute. */
   plan->lse_packed_default =
       desc->lse.batch == 0 && desc->lse.head == 0 && desc->lse.seq == 0;
-  f->layout = d->layout;
-  f->mask = d->mask;
-  f->deterministic = d->deterministic;
-  f->even = d->layout == SDPA_LAYOUT_BSHD && d->seqlen_q % c->q_tile == 0 &&
-            d->seqlen_kv % c->kv_tile == 0;
-  if ((status = choose_dq_writer(plan))) goto done;
+  f->even = d->layout == SDPA_LAYOUT_BSHD && d->seqlen_q % f->q_tile == 0 &&
+            d->seqlen_kv % f->kv_tile == 0;
   if ((status = size_workspace(plan))) goto done;
   if ((status = sdpa_key_build(f, &plan->key))) goto done;
   if ((status = plan_launch(plan))) goto done;
 
-  if ((status = sdpa_launch_graphs_init(&plan->graphs))) goto done;
+  if ((status = sdpa_launch_graphs_init(&plan->graphs,
+                                        plan->options.graphs == SDPA_SWITCH_ON)))
+    goto done;
   graphs_ready = 1;
   if (pthread_mutex_init(&plan->lock, NULL) != 0) {
     status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
@@ -610,6 +635,41 @@ done:
   if (plan && graphs_ready) sdpa_launch_graphs_destroy(&plan->graphs, NULL);
   free(plan);
   return status;
+}
+
+sdpa_status sdpa_bwd_plan_create_with(sdpa_bwd_plan **out, sdpa_runtime *runtime,
+                                      const sdpa_bwd_desc *desc,
+                                      const sdpa_bwd_plan_options *options) {
+  return SDPA_API_CALL(plan_create(out, runtime, desc, options));
+}
+
+sdpa_status sdpa_bwd_plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
+                                 const sdpa_bwd_desc *desc) {
+  return SDPA_API_CALL(plan_create(out, runtime, desc, NULL));
+}
+
+sdpa_status sdpa_bwd_plan_query(const sdpa_bwd_plan *plan, sdpa_bwd_plan_info *out) {
+  if (!plan || !out)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "sdpa_bwd_plan_query: plan and out must not be NULL");
+  if (out->version != SDPA_BWD_PLAN_INFO_VERSION)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "sdpa_bwd_plan_query: out->version = %u is unknown: set it "
+                          "to SDPA_BWD_PLAN_INFO_VERSION (%d)",
+                          out->version, SDPA_BWD_PLAN_INFO_VERSION);
+  const sdpa_key_fields *f = &plan->fields;
+  out->family = (sdpa_family)f->family;
+  out->family_reason = plan->family_reason;
+  out->q_tile = f->q_tile;
+  out->kv_tile = f->kv_tile;
+  out->warps = f->warps;
+  out->stages = f->stages;
+  out->smem_bytes = plan->smem_bytes;
+  out->dq_writer = f->fold_dq ? SDPA_DQ_MAIN : SDPA_DQ_CONVERT;
+  out->graphs = plan->graphs.enabled;
+  out->source = plan->source;
+  out->stored = plan->stored;
+  return SDPA_STATUS_SUCCESS;
 }
 
 /* Destroys a plan and its launch graphs; the module and cubin belong to

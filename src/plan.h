@@ -15,47 +15,27 @@
 
 #include "sdpa_jit.h"
 #include "../templates/sdpa_params.h"
+#include "../templates/sdpa_traits.h"
 #include "launch.h"
 
 typedef struct sdpa_runtime sdpa_runtime;
 typedef struct sdpa_module_entry sdpa_module_entry;
 
-/* A kernel configuration: what the template is instantiated with besides
- * the descriptor's own key fields. */
-typedef struct sdpa_kernel_config {
-  int q_tile;   /* rows of Q per inner step (M)                    */
-  int kv_tile;  /* rows of K/V per CTA (N)                         */
-  int warps;    /* warps per CTA of the main kernel                */
-  int stages;   /* Q/dO shared-memory buffers (1 or 2)             */
-  int smem_bytes; /* dynamic shared memory of the main kernel      */
-} sdpa_kernel_config;
-
-/* The fields that enter the key: each one selects different code. */
-typedef struct sdpa_key_fields {
-  int arch;            /* 80, 86, 89, 90, 100, 120, ...          */
-  sdpa_dtype dtype;
-  int head_dim, head_dim_v;
-  sdpa_kernel_config config;
-  int lse_packed;      /* LSE seq stride == 1                    */
-  sdpa_layout layout;
-  sdpa_mask mask;
-  int deterministic;
-  int even;            /* BSHD, seqlens multiples of the tiles   */
-  int fold_dq;         /* main writes dQ (no convert kernel)     */
-} sdpa_key_fields;
-
-/* Text and hash of a key. */
-typedef struct sdpa_key {
-  char text[512]; /* canonical "arch=90;dtype=bf16;..."              */
-  char hash[33];  /* XXH3-128 hex of text + sources + toolchain      */
-} sdpa_key;
+/* The key fields (key_fields.h) and the key (key.h). */
+#include "key.h"
+#include "options.h"
 
 struct sdpa_bwd_plan {
   sdpa_runtime *runtime;
   sdpa_bwd_desc desc;      /* resolved: packed strides filled in, scale,
                               head_dim_v, arch, max totals set          */
+  sdpa_bwd_plan_options options; /* resolved: the runtime's defaults
+                                    applied (options.c)                 */
   sdpa_key_fields fields;
   sdpa_key key;
+  char family_reason[200]; /* why fields.family (sdpa_bwd_plan_query)  */
+  int smem_bytes;          /* dynamic shared memory of the main kernel */
+  int threads;             /* threads per block of the main kernel     */
   size_t workspace_bytes;
   /* workspace carve (byte offsets; each 256-aligned) */
   size_t ws_dq_accum, ws_delta, ws_semaphores;
@@ -74,6 +54,7 @@ struct sdpa_bwd_plan {
   void *cubin;               /* the plan's cubin (owned by runtime table)*/
   size_t cubin_size;
   sdpa_source source;
+  int stored;                /* the cubin is in a database             */
   char *compile_log;
 
   /* execute's launch graphs, one per (context, stream) (launch.h) */
@@ -90,10 +71,14 @@ int64_t sdpa_dq_blocks(const sdpa_bwd_desc *resolved, int64_t rows_q);
 sdpa_status sdpa_desc_resolve(const sdpa_bwd_desc *desc, int arch,
                               sdpa_bwd_desc *resolved);
 
-/* Picks the kernel configuration for a resolved descriptor on its arch;
- * NOT_SUPPORTED (with the reason: shared memory, head_dim) when none fits. */
+/* Picks the mma.sync family's tiles for a resolved descriptor on its arch
+ * (config.c): fills fields->q_tile, kv_tile, warps, stages (the other
+ * fields are set) and *smem_bytes; the options' tiles when given, else the
+ * table's (with the small-grid rule). NOT_SUPPORTED (with the reason:
+ * shared memory, head_dim) when none fits. */
 sdpa_status sdpa_config_select(const sdpa_bwd_desc *resolved,
-                               sdpa_kernel_config *out);
+                               const sdpa_bwd_plan_options *options,
+                               sdpa_key_fields *fields, int *smem_bytes);
 
 /* Whether the configuration table has a row for `head_dim`, and its head
  * dims as "32, 64, ..." in buf (returned). The table is the one list of
@@ -101,9 +86,13 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *resolved,
 int sdpa_config_supports_head_dim(int head_dim);
 const char *sdpa_config_head_dim_list(char *buf, size_t size);
 
-/* Shared memory the main kernel needs for a configuration. */
-int sdpa_config_smem_bytes(int head_dim, int head_dim_v,
-                           const sdpa_kernel_config *config);
+/* The traits configuration of the mma.sync kernel a key describes. */
+sdpa_mma_config sdpa_config_mma(const sdpa_key_fields *fields);
+
+/* The candidates the table can pick for `head_dim` on an arch of
+ * `smem_limit` bytes (small-grid ones too), for tests: writes up to
+ * `capacity` configurations and returns how many there are. */
+size_t sdpa_config_candidates(int head_dim, sdpa_mma_config *out, size_t capacity);
 
 /* Largest dynamic shared memory per block of an arch (bytes). */
 int sdpa_arch_smem_limit(int arch);

@@ -15,10 +15,16 @@
 #include "runtime.h"
 
 #include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "status.h"
+
+/* The size of a version-1 options struct: the fields up to log_user. */
+static const size_t options_v1_size =
+    offsetof(sdpa_runtime_options, log_user) + sizeof(void *);
 
 /* Initializes `opts` to defaults for struct `version` (sdpa_jit.h). */
 sdpa_status sdpa_runtime_options_init(sdpa_runtime_options *opts,
@@ -26,14 +32,15 @@ sdpa_status sdpa_runtime_options_init(sdpa_runtime_options *opts,
   if (!opts)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "sdpa_runtime_options_init: opts is NULL");
-  if (version != SDPA_RUNTIME_OPTIONS_VERSION)
+  if (version < 1 || version > SDPA_RUNTIME_OPTIONS_VERSION)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "sdpa_runtime_options_init: version %u is unknown: "
-                          "this library knows version %d "
+                          "this library knows versions 1 to %d "
                           "(SDPA_RUNTIME_OPTIONS_VERSION)",
                           version, SDPA_RUNTIME_OPTIONS_VERSION);
   sdpa_runtime_options defaults = SDPA_RUNTIME_OPTIONS_INIT;
-  *opts = defaults;
+  defaults.version = version;
+  memcpy(opts, &defaults, version == 1 ? options_v1_size : sizeof defaults);
   return SDPA_STATUS_SUCCESS;
 }
 
@@ -96,25 +103,30 @@ static void free_runtime(sdpa_runtime *rt, int sync_ready) {
   free(rt);
 }
 
-/* Creates a runtime (sdpa_jit.h): copies the options, opens the cache
- * layers (which copy the paths they are given). Needs no GPU. */
-sdpa_status sdpa_runtime_create(sdpa_runtime **out,
-                                const sdpa_runtime_options *opts) {
+/* Creates a runtime (sdpa_jit.h): copies the options (a version-1 struct
+ * is read up to its last field), reads the plan options' environment
+ * defaults, opens the cache layers (which copy the paths they are given).
+ * Needs no GPU. */
+static sdpa_status runtime_create(sdpa_runtime **out, const sdpa_runtime_options *given) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
   sdpa_runtime *rt = NULL;
   int sync_ready = 0;
-  sdpa_runtime_options defaults = SDPA_RUNTIME_OPTIONS_INIT;
+  sdpa_runtime_options opts_copy = SDPA_RUNTIME_OPTIONS_INIT;
+  const sdpa_runtime_options *opts = &opts_copy;
 
   if (!out)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "sdpa_runtime_create: out is NULL");
   *out = NULL;
-  if (!opts) opts = &defaults;
-  if (opts->version != SDPA_RUNTIME_OPTIONS_VERSION)
-    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
-                          "options.version = %u is unknown: initialize the "
-                          "options with SDPA_RUNTIME_OPTIONS_INIT (version %d)",
-                          opts->version, SDPA_RUNTIME_OPTIONS_VERSION);
+  if (given) {
+    if (given->version < 1 || given->version > SDPA_RUNTIME_OPTIONS_VERSION)
+      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                            "options.version = %u is unknown: initialize the options "
+                            "with SDPA_RUNTIME_OPTIONS_INIT (version %d)",
+                            given->version, SDPA_RUNTIME_OPTIONS_VERSION);
+    memcpy(&opts_copy, given, given->version == 1 ? options_v1_size : sizeof opts_copy);
+    opts_copy.version = SDPA_RUNTIME_OPTIONS_VERSION;
+  }
   if (opts->readonly_cache_count > 0 && !opts->readonly_cache_paths)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "options.readonly_cache_paths is NULL but "
@@ -135,6 +147,14 @@ sdpa_status sdpa_runtime_create(sdpa_runtime **out,
                           "options.cache_max_bytes = %lld is negative: give "
                           "a size in bytes or 0 for the default (4 GiB)",
                           (long long)opts->cache_max_bytes);
+  if (opts->cache_access != SDPA_CACHE_READ_WRITE &&
+      opts->cache_access != SDPA_CACHE_READ_ONLY &&
+      opts->cache_access != SDPA_CACHE_READ_WRITE_EXISTING)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "options.cache_access = %d is not valid: use "
+                          "SDPA_CACHE_READ_WRITE (0), SDPA_CACHE_READ_ONLY (1) or "
+                          "SDPA_CACHE_READ_WRITE_EXISTING (2)",
+                          (int)opts->cache_access);
 
   rt = calloc(1, sizeof *rt);
   if (!rt) goto out_of_memory;
@@ -143,6 +163,8 @@ sdpa_status sdpa_runtime_create(sdpa_runtime **out,
    * copies them and nothing else reads them. */
   rt->options.cache_path = NULL;
   rt->options.readonly_cache_paths = NULL;
+  rt->options.cache_key_file = NULL;
+  sdpa_options_read_defaults(&rt->defaults);
   if (pthread_mutex_init(&rt->lock, NULL) != 0) goto out_of_memory;
   if (pthread_cond_init(&rt->inflight_done, NULL) != 0) {
     pthread_mutex_destroy(&rt->lock);
@@ -158,6 +180,9 @@ sdpa_status sdpa_runtime_create(sdpa_runtime **out,
   config.max_bytes = opts->cache_max_bytes;
   config.log = opts->log;
   config.log_user = opts->log_user;
+  config.access = opts->cache_access;
+  config.required = opts->cache_required;
+  config.key_file = opts->cache_key_file;
   /* How long a process waits for another's compile of the same key before
    * compiling it itself (a holder that hangs); default 120 s. */
   const char *lock_env = getenv("SDPA_JIT_LOCK_TIMEOUT_MS");
@@ -177,8 +202,16 @@ done:
   return status;
 }
 
+sdpa_status sdpa_runtime_create(sdpa_runtime **out, const sdpa_runtime_options *opts) {
+  return SDPA_API_CALL(runtime_create(out, opts));
+}
+
 /* Destroys a runtime (sdpa_jit.h). NULL is a no-op. */
 void sdpa_runtime_destroy(sdpa_runtime *runtime) { free_runtime(runtime, 1); }
+
+const char *sdpa_cache_default_location(char *buf, size_t size) {
+  return sdpa_cache_default_path(buf, size);
+}
 
 const char *sdpa_runtime_cache_path(const sdpa_runtime *runtime) {
   if (!runtime) return NULL;
@@ -241,7 +274,15 @@ sdpa_status sdpa_cache_list(sdpa_runtime *runtime, sdpa_cache_entry **out,
   if (!out || !count)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "sdpa_cache_list: out and count must not be NULL");
-  return sdpa_cache_list_entries(runtime->cache, out, count);
+  return SDPA_API_CALL(sdpa_cache_list_entries(runtime->cache, out, count));
+}
+
+sdpa_status sdpa_cache_foreach(sdpa_runtime *runtime, sdpa_cache_entry_fn fn, void *user) {
+  sdpa_status status = check_runtime(runtime, "sdpa_cache_foreach");
+  if (status != SDPA_STATUS_SUCCESS) return status;
+  if (!fn)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT, "sdpa_cache_foreach: fn is NULL");
+  return SDPA_API_CALL(sdpa_cache_foreach_entry(runtime->cache, fn, user));
 }
 
 void sdpa_cache_entries_free(sdpa_cache_entry *entries, size_t count) {
@@ -255,7 +296,7 @@ sdpa_status sdpa_cache_get(sdpa_runtime *runtime, const char *key,
   if (!key || !out)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "sdpa_cache_get: key and out must not be NULL");
-  return sdpa_cache_get_entry(runtime->cache, key, out);
+  return SDPA_API_CALL(sdpa_cache_get_entry(runtime->cache, key, out));
 }
 
 sdpa_status sdpa_cache_get_cubin(sdpa_runtime *runtime, const char *key,
@@ -266,7 +307,7 @@ sdpa_status sdpa_cache_get_cubin(sdpa_runtime *runtime, const char *key,
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "sdpa_cache_get_cubin: key, out and size must not "
                           "be NULL");
-  return sdpa_cache_read_cubin(runtime->cache, key, out, size);
+  return SDPA_API_CALL(sdpa_cache_read_cubin(runtime->cache, key, out, size));
 }
 
 void sdpa_free(void *pointer) { free(pointer); }
@@ -277,20 +318,25 @@ sdpa_status sdpa_cache_stats_get(sdpa_runtime *runtime, sdpa_cache_stats *out) {
   if (!out)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "sdpa_cache_stats_get: out is NULL");
-  return sdpa_cache_get_stats(runtime->cache, out);
+  return SDPA_API_CALL(sdpa_cache_get_stats(runtime->cache, out));
+}
+
+sdpa_status sdpa_cache_verify_report(sdpa_runtime *runtime, sdpa_cache_problem_fn fn,
+                                     void *user, int64_t *checked, int64_t *removed) {
+  sdpa_status status = check_runtime(runtime, "sdpa_cache_verify");
+  if (status != SDPA_STATUS_SUCCESS) return status;
+  return SDPA_API_CALL(sdpa_cache_verify_all(runtime->cache, fn, user, checked, removed));
 }
 
 sdpa_status sdpa_cache_verify(sdpa_runtime *runtime, int64_t *checked,
                               int64_t *removed) {
-  sdpa_status status = check_runtime(runtime, "sdpa_cache_verify");
-  if (status != SDPA_STATUS_SUCCESS) return status;
-  return sdpa_cache_verify_all(runtime->cache, checked, removed);
+  return sdpa_cache_verify_report(runtime, NULL, NULL, checked, removed);
 }
 
 sdpa_status sdpa_cache_prune(sdpa_runtime *runtime, int64_t max_bytes,
                              int64_t older_than_seconds, int64_t *removed) {
   sdpa_status status = check_runtime(runtime, "sdpa_cache_prune");
   if (status != SDPA_STATUS_SUCCESS) return status;
-  return sdpa_cache_prune_rows(runtime->cache, max_bytes, older_than_seconds,
-                               removed);
+  return SDPA_API_CALL(
+      sdpa_cache_prune_rows(runtime->cache, max_bytes, older_than_seconds, removed));
 }

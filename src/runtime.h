@@ -15,6 +15,7 @@
 
 #include "cache.h"
 #include "driver.h"
+#include "options.h"
 #include "plan.h"
 
 /* A module loaded in one context. */
@@ -44,6 +45,7 @@ typedef struct sdpa_kernel_entry {
   size_t cubin_size;
   char *compile_log;          /* NVRTC's log when compiled in this
                                  process, else "" (owned)             */
+  int stored;                 /* the cubin is in a database           */
   struct sdpa_module_entry *modules; /* per context                   */
   sdpa_retired_cubin *retired;
   struct sdpa_kernel_entry *next;
@@ -59,6 +61,8 @@ struct sdpa_runtime {
   sdpa_runtime_options options; /* the caller's, without the cache
                                    paths (the cache keeps copies)   */
   sdpa_cache *cache;            /* never NULL once created          */
+  sdpa_option_defaults defaults; /* plan options' defaults, read from
+                                    the environment at creation     */
   pthread_mutex_t lock;         /* guards kernels and inflight      */
   pthread_cond_t inflight_done;
   sdpa_kernel_entry *kernels;

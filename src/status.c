@@ -3,7 +3,8 @@
  * log messages go.
  *
  * The message buffer is per thread (C11 _Thread_local), so concurrent calls
- * on a shared runtime never see each other's errors. Warnings from the
+ * on a shared runtime never see each other's errors; a public call that
+ * succeeds leaves it as it was (sdpa_api_enter / sdpa_api_leave). Warnings from the
  * runtime and the cache share one route (sdpa_log_emit) so that both print
  * the same line when no callback was given.
  */
@@ -14,6 +15,31 @@
 #include <string.h>
 
 static _Thread_local char last_error[2048];
+/* Inside a public call (depth > 0): the message the caller saw, kept once
+ * an inner step records one (saved), to be put back on success. */
+static _Thread_local char saved_error[sizeof last_error];
+static _Thread_local int depth, saved;
+
+/* Keeps the caller's message before the first change inside a call. */
+static void save_once(void) {
+  if (depth > 0 && !saved) {
+    memcpy(saved_error, last_error, strlen(last_error) + 1);
+    saved = 1;
+  }
+}
+
+void sdpa_api_enter(void) {
+  if (depth++ == 0) saved = 0;
+}
+
+sdpa_status sdpa_api_leave(sdpa_status status) {
+  if (depth > 0 && --depth == 0) {
+    if (status == SDPA_STATUS_SUCCESS && saved)
+      memcpy(last_error, saved_error, strlen(saved_error) + 1);
+    saved = 0;
+  }
+  return status;
+}
 
 const char *sdpa_status_name(sdpa_status status) {
   switch (status) {
@@ -39,6 +65,7 @@ const char *sdpa_version(void) { return SDPA_JIT_VERSION_STRING; }
 
 sdpa_status sdpa_error_set(sdpa_status status, const char *fmt, ...) {
   va_list ap;
+  save_once();
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
   va_end(ap);
@@ -51,12 +78,16 @@ sdpa_status sdpa_error_wrap(sdpa_status status, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
+  save_once();
   memcpy(inner, last_error, sizeof inner);
   snprintf(last_error, sizeof last_error, "%.500s: %.1500s", prefix, inner);
   return status;
 }
 
-void sdpa_error_clear(void) { last_error[0] = '\0'; }
+void sdpa_error_clear(void) {
+  save_once();
+  last_error[0] = '\0';
+}
 
 void sdpa_log_emit(sdpa_log_fn log, void *user, sdpa_log_level level,
                    const char *message) {

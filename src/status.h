@@ -31,6 +31,16 @@ sdpa_status sdpa_error_wrap(sdpa_status status, const char *fmt, ...)
 /* Clears this thread's message. */
 void sdpa_error_clear(void);
 
+/* The public calls' scope of the message: a call that succeeds leaves
+ * sdpa_last_error() as it found it, whatever its inner steps recorded on
+ * the way (a cache miss, a missing driver on a build host). Public entry
+ * points return SDPA_API_CALL(inner(...)): sdpa_api_enter saves nothing
+ * until a message is recorded, then keeps the caller's; sdpa_api_leave
+ * puts it back when the outermost call succeeded. */
+void sdpa_api_enter(void);
+sdpa_status sdpa_api_leave(sdpa_status status);
+#define SDPA_API_CALL(call) (sdpa_api_enter(), sdpa_api_leave(call))
+
 /* Passes `message` to the log callback `log` (with `user`) when there is
  * one; otherwise writes a warning as one line on stderr,
  * "sdpa-jit: warning: <message>", and drops any other level. */

@@ -23,6 +23,7 @@
 #include "sdpa_params.h"
 #include "sdpa_mma.cuh"
 #include "sdpa_seq.cuh"
+#include "sdpa_traits.h"
 
 #define D SDPA_HEAD_DIM
 #define DV SDPA_HEAD_DIM_V
@@ -36,8 +37,8 @@
  * Row-major items (head fastest) keep a warp's loads contiguous in BSHD
  * memory. Any grid is correct (warps stride over the items together);
  * the host's sdpa_aux_blocks() gives every lane one item. */
-#define PRE_LANES (DV <= 32 ? 4 : DV <= 64 ? 8 : DV <= 128 ? 16 : 32)
-extern "C" __global__ void __launch_bounds__(256)
+#define PRE_LANES sdpa_aux_lanes(DV)
+extern "C" __global__ void __launch_bounds__(SDPA_AUX_THREADS)
 sdpa_bwd_preprocess(const sdpa_kernel_params p) {
   const sdpa_i64 gid = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x;
   const sdpa_i64 threads = (sdpa_i64)gridDim.x * blockDim.x;
@@ -117,7 +118,7 @@ SDPA_DEVICE void store_dq_piece(u16 *dq, sdpa_i64 dq_seq, int r0, int piece, int
 /* One CTA per (16-row block of a sequence, head), grid.x = q_blocks *
  * batch * heads_q: dq = dtype(dQacc * scale), reading the block's
  * fragment-ordered pieces (one 16 x 8 piece per 32 threads). */
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(SDPA_AUX_THREADS)
 sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
   sdpa_i64 x = blockIdx.x;
   const int h = (int)(x % p.heads_q);

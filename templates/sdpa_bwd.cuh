@@ -40,7 +40,7 @@
  *   main: grid (ceil(seqlen_kv / N) * batch, heads_kv), block 32*SDPA_WARPS,
  *         (no mask: x = b * kv_tiles + j, y = kv head; masked: the flat
  *         block index runs (sequence, kv head) fastest, kv tile slowest),
- *         dynamic smem sdpa_config_smem_bytes() (see SMEM_* below).
+ *         dynamic smem sdpa_mma_smem_layout().total (sdpa_traits.h).
  *   Reads q, k, v, o, dout, lse, cu_seqlens; writes dq, dk, dv and the
  *   workspace; sets bits in *error_flag for bad THD offsets/lengths.
  *
@@ -55,6 +55,7 @@
 #include "sdpa_mma.cuh"
 #include "sdpa_seq.cuh"
 #include "sdpa_aux.cuh" /* preprocess, convert; defines D, DV, DT */
+#include "sdpa_traits.h"
 
 #define M SDPA_Q_TILE
 #define N SDPA_KV_TILE
@@ -66,54 +67,20 @@
 #define LD_DV (DV + 8)
 #define LD_N (N + 8)
 
-/* Warp partitions of the three GEMM shapes: R x C outputs split over
- * WR x (NW / WR) warps. The split minimizes the rows each warp reads from
- * shared memory per k step (tile rows + tile cols), ties going to the
- * squarer tile; each warp tile must stay a multiple of 16 both ways. */
-__host__ __device__ constexpr int split_rows(int R, int C, int W) {
-  int best = 0, cost = 1 << 30;
-  for (int wr = 1; wr <= W; wr *= 2) {
-    const int wc = W / wr;
-    if (R % (16 * wr) != 0 || C % (16 * wc) != 0) continue;
-    const int c = R / wr + C / wc;
-    if (c < cost || (c == cost && R / wr <= C / wc)) { cost = c; best = wr; }
-  }
-  return best;
-}
-/* S, dP: M x N. Register pressure peaks here, next to dK/dV; the tight
- * variants (below) keep 16-row warp tiles, the smallest A operand, the
- * others take the split that reads the fewest rows. */
-#ifndef S_WM
-#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1 || SDPA_MASK == 3 || SDPA_FOLD_DQ) && SDPA_WARPS == 8
-#define S_WM (M / 16 < NW ? M / 16 : NW)
-#else
-#define S_WM split_rows(M, N, NW)
-#endif
-#endif
+/* The configuration, its shared-memory carve and warp partitions
+ * (sdpa_traits.h: the host sizes the launch from the same functions). */
+constexpr sdpa_mma_config CFG = {D, DV, M, N, NW, SDPA_STAGES, SDPA_DETERMINISTIC,
+                                 SDPA_MASK == 3, SDPA_FOLD_DQ};
+constexpr sdpa_mma_smem SMEM = sdpa_mma_smem_layout(CFG);
+constexpr sdpa_mma_split SPLIT = sdpa_mma_warp_split(CFG);
+
+/* Warp partitions: S, dP (M x N) over S_WM x S_WN warps; dK, dV (N x D,
+ * N x DV) over KV_WN x KV_WD; dQ (M x D) over Q_WM x Q_WD. */
+#define S_WM SPLIT.s_rows
 #define S_WN (NW / S_WM)
-/* Deterministic mode (the ordered dQ hand-off), the single-buffer
- * pipeline (loads issued inside the step), sliding windows (run-time
- * band bounds; spilled 24 B at hd 128 under THD) and the kernels that
- * write dQ themselves (SDPA_FOLD_DQ, small problems: the hand-off at
- * their end moved the loop's allocation into 4-48 B of spill in some
- * classes) spend registers, so with 8 warps they take 16-row warp tiles
- * (the smallest A operands); with 4 warps the shapes above already fit
- * (ptxas-checked, no spills). */
-#ifndef KV_WN
-#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1 || SDPA_MASK == 3 || SDPA_FOLD_DQ) && SDPA_WARPS == 8
-#define KV_WN (N / 16 < NW ? N / 16 : NW)
-#else
-#define KV_WN split_rows(N, DV, NW) /* dK, dV: N x D / N x DV  */
-#endif
-#endif
+#define KV_WN SPLIT.kv_rows
 #define KV_WD (NW / KV_WN)
-#ifndef Q_WM
-#if (SDPA_DETERMINISTIC || SDPA_STAGES == 1 || SDPA_MASK == 3 || SDPA_FOLD_DQ) && SDPA_WARPS == 8
-#define Q_WM (M / 16 < NW ? M / 16 : NW)
-#else
-#define Q_WM split_rows(M, D, NW)   /* dQ: M x D               */
-#endif
-#endif
+#define Q_WM SPLIT.q_rows
 #define Q_WD (NW / Q_WM)
 #define S_TM (M / S_WM)
 #define S_TN (N / S_WN)
@@ -132,16 +99,23 @@ static_assert(KV_TN % 16 == 0 && KV_TD % 16 == 0 && KV_TDV % 16 == 0,
 static_assert(Q_TM % 16 == 0 && Q_TD % 16 == 0, "dQ warp tile");
 static_assert(D % 32 == 0 && DV % 32 == 0 && DV <= D, "head dims");
 
-/* Shared memory carve (bytes). */
-#define SMEM_K 0
-#define SMEM_V (SMEM_K + N * LD_D * 2)
-#define SMEM_Q (SMEM_V + N * LD_DV * 2)
-#define SMEM_DO (SMEM_Q + SDPA_STAGES * M * LD_D * 2)
-#define SMEM_P (SMEM_DO + SDPA_STAGES * M * LD_DV * 2)
-#define SMEM_DS (SMEM_P + M * LD_N * 2)
-#define SMEM_LSE (SMEM_DS + M * LD_N * 2)
-#define SMEM_DELTA (SMEM_LSE + SDPA_STAGES * M * 4)
-#define SMEM_TOTAL (SMEM_DELTA + SDPA_STAGES * M * 4)
+/* Shared memory carve (bytes; sdpa_traits.h), and what the kernel puts in
+ * each region fits it. */
+#define SMEM_K SMEM.k
+#define SMEM_V SMEM.v
+#define SMEM_Q SMEM.q
+#define SMEM_DO SMEM.dout
+#define SMEM_P SMEM.p
+#define SMEM_DS SMEM.ds
+#define SMEM_LSE SMEM.lse
+#define SMEM_DELTA SMEM.delta
+static_assert(SMEM_V - SMEM_K >= N * LD_D * 2 && SMEM_Q - SMEM_V >= N * LD_DV * 2 &&
+                  SMEM_DO - SMEM_Q >= SDPA_STAGES * M * LD_D * 2 &&
+                  SMEM_P - SMEM_DO >= SDPA_STAGES * M * LD_DV * 2 &&
+                  SMEM_DS - SMEM_P >= M * LD_N * 2 && SMEM_LSE - SMEM_DS >= M * LD_N * 2 &&
+                  SMEM_DELTA - SMEM_LSE >= SDPA_STAGES * M * 4 &&
+                  SMEM.total - SMEM_DELTA >= SDPA_STAGES * M * 4,
+              "the kernel's tiles fit the shared-memory carve");
 
 /* Delta enters the dP GEMM as its accumulators' start value (head_dim_v
  * <= 64: 60 subtractions a step fewer, hd 64 full +2.2 to +2.8%) or is

@@ -61,26 +61,6 @@ static unsigned char *make_cubin(size_t size, unsigned seed) {
   return bytes;
 }
 
-static sdpa_cache_meta make_meta(const char *hash, const char *text) {
-  sdpa_cache_meta meta = {0};
-  meta.key_hash = hash;
-  meta.key_text = text;
-  meta.arch = 90;
-  meta.dtype = "bf16";
-  meta.head_dim = 128;
-  meta.head_dim_v = 64;
-  meta.q_tile = 64;
-  meta.kv_tile = 128;
-  meta.warps = 8;
-  meta.stages = 2;
-  meta.mask = "causal_br";
-  meta.layout = "thd";
-  meta.nvrtc_version = "13.0";
-  meta.compile_ms = 1234.5;
-  meta.compile_log = "no warnings";
-  return meta;
-}
-
 /* Stores `size` bytes made from `seed` under hash(number) and text
  * "key-<number>". */
 static void store_row(sdpa_cache *cache, unsigned number, size_t size,
@@ -88,9 +68,9 @@ static void store_row(sdpa_cache *cache, unsigned number, size_t size,
   char hash[33], text[64];
   make_hash(hash, number);
   snprintf(text, sizeof text, "sdpa_bwd;key=%u", number);
-  sdpa_cache_meta meta = make_meta(hash, text);
+  sdpa_cache_meta meta = sdpa_test_meta(hash, text);
   unsigned char *cubin = make_cubin(size, seed);
-  ck_assert_int_eq(sdpa_cache_store(cache, &meta, cubin, size),
+  ck_assert_int_eq(sdpa_cache_store(cache, &meta, cubin, size, NULL),
                    SDPA_STATUS_SUCCESS);
   free(cubin);
 }
@@ -103,7 +83,7 @@ static sdpa_status lookup_row(sdpa_cache *cache, unsigned number, size_t size,
   size_t got = 0;
   make_hash(hash, number);
   snprintf(text, sizeof text, "sdpa_bwd;key=%u", number);
-  sdpa_status status = sdpa_cache_lookup(cache, hash, text, &data, &got, source);
+  sdpa_status status = sdpa_cache_lookup(cache, hash, text, NULL, NULL, &data, &got, source);
   if (status == SDPA_STATUS_SUCCESS) {
     unsigned char *want = make_cubin(size, seed);
     ck_assert_uint_eq(got, size);
@@ -137,12 +117,12 @@ START_TEST(test_round_trip) {
   sdpa_test_log_init(&counter);
   char hash[33];
   make_hash(hash, 7);
-  sdpa_cache_meta meta = make_meta(hash, "sdpa_bwd;key=7");
+  sdpa_cache_meta meta = sdpa_test_meta(hash, "sdpa_bwd;key=7");
   unsigned char *cubin = make_cubin(5000, 7);
 
   sdpa_cache *cache = open_cache(path, &counter);
   ck_assert_str_eq(sdpa_cache_path(cache), path);
-  ck_assert_int_eq(sdpa_cache_store(cache, &meta, cubin, 5000),
+  ck_assert_int_eq(sdpa_cache_store(cache, &meta, cubin, 5000, NULL),
                    SDPA_STATUS_SUCCESS);
   sdpa_cache_close(cache);
 
@@ -223,7 +203,7 @@ START_TEST(test_key_text_mismatch_is_a_miss) {
   make_hash(hash, 1);
   void *data = (void *)1;
   size_t size = 1;
-  ck_assert_int_eq(sdpa_cache_lookup(cache, hash, "sdpa_bwd;key=other", &data,
+  ck_assert_int_eq(sdpa_cache_lookup(cache, hash, "sdpa_bwd;key=other", NULL, NULL, &data,
                                      &size, NULL),
                    SDPA_STATUS_NOT_FOUND);
   ck_assert_ptr_null(data);
@@ -342,7 +322,7 @@ START_TEST(test_truncated_database) {
   store_row(cache, 200, 900, 200);
   ck_assert_int_eq(lookup_row(cache, 200, 900, 200, NULL), SDPA_STATUS_SUCCESS);
   int64_t checked = -1, removed = -1;
-  ck_assert_int_eq(sdpa_cache_verify_all(cache, &checked, &removed),
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, &checked, &removed),
                    SDPA_STATUS_SUCCESS);
   ck_assert_int_ge(checked, 1);
   ck_assert_int_eq(removed, 0);
@@ -765,15 +745,15 @@ START_TEST(test_verify_removes_corrupted_row) {
   flip_cubin_byte(path, 52);
   cache = open_cache(path, &counter);
   int64_t checked = -1, removed = -1;
-  ck_assert_int_eq(sdpa_cache_verify_all(cache, &checked, &removed),
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, &checked, &removed),
                    SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(checked, 3);
   ck_assert_int_eq(removed, 1);
-  ck_assert_int_eq(sdpa_cache_verify_all(cache, &checked, &removed),
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, &checked, &removed),
                    SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(checked, 2);
   ck_assert_int_eq(removed, 0);
-  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, NULL, NULL), SDPA_STATUS_SUCCESS);
   sdpa_cache_close(cache);
   ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels WHERE key_hash "
                                 "= '00000000000000000000000000000034'"),
@@ -797,9 +777,9 @@ START_TEST(test_get_entry_by_prefix_and_text) {
   static const char *const texts[] = {"sdpa_bwd;row=1", "sdpa_bwd;row=2",
                                       "sdpa_bwd;row=3"};
   for (int i = 0; i < 3; i++) {
-    sdpa_cache_meta meta = make_meta(hashes[i], texts[i]);
+    sdpa_cache_meta meta = sdpa_test_meta(hashes[i], texts[i]);
     unsigned char *cubin = make_cubin(1000 + 100 * (size_t)i, (unsigned)i);
-    ck_assert_int_eq(sdpa_cache_store(cache, &meta, cubin, 1000 + 100 * (size_t)i),
+    ck_assert_int_eq(sdpa_cache_store(cache, &meta, cubin, 1000 + 100 * (size_t)i, NULL),
                      SDPA_STATUS_SUCCESS);
     free(cubin);
   }
@@ -1029,7 +1009,7 @@ START_TEST(test_shipped_database_first_and_never_written) {
   sdpa_cache_free_entries(entry, 1);
 
   int64_t checked = 0, removed = 0;
-  ck_assert_int_eq(sdpa_cache_verify_all(cache, &checked, &removed),
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, &checked, &removed),
                    SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(checked, 6);
   ck_assert_int_eq(removed, 0); /* the bad shipped row stays */
@@ -1090,15 +1070,15 @@ static void racing_process(const char *path, const char *compiled, int start,
     void *data = NULL;
     size_t size = 0;
     sdpa_status status =
-        sdpa_cache_lookup(cache, hash, text, &data, &size, NULL);
+        sdpa_cache_lookup(cache, hash, text, NULL, NULL, &data, &size, NULL);
     unsigned char *want = make_cubin(4000, key);
     if (status == SDPA_STATUS_NOT_FOUND) {
       int fd = open(compiled, O_WRONLY | O_APPEND | O_CREAT, 0600);
       if (fd < 0 || write(fd, "c", 1) != 1) failures++;
       if (fd >= 0) close(fd);
       sdpa_test_sleep_ms(20);
-      sdpa_cache_meta meta = make_meta(hash, text);
-      if (sdpa_cache_store(cache, &meta, want, 4000) != SDPA_STATUS_SUCCESS)
+      sdpa_cache_meta meta = sdpa_test_meta(hash, text);
+      if (sdpa_cache_store(cache, &meta, want, 4000, NULL) != SDPA_STATUS_SUCCESS)
         failures++;
     } else if (status != SDPA_STATUS_SUCCESS || size != 4000 ||
                memcmp(data, want, 4000) != 0) {
@@ -1111,12 +1091,12 @@ static void racing_process(const char *path, const char *compiled, int start,
   char hash[33], text[64];
   make_hash(hash, 600 + id);
   snprintf(text, sizeof text, "sdpa_bwd;key=%u", 600 + id);
-  sdpa_cache_meta meta = make_meta(hash, text);
+  sdpa_cache_meta meta = sdpa_test_meta(hash, text);
   unsigned char *mine = make_cubin(1000, id);
   void *data = NULL;
   size_t size = 0;
-  if (sdpa_cache_store(cache, &meta, mine, 1000) != SDPA_STATUS_SUCCESS ||
-      sdpa_cache_lookup(cache, hash, text, &data, &size, NULL) !=
+  if (sdpa_cache_store(cache, &meta, mine, 1000, NULL) != SDPA_STATUS_SUCCESS ||
+      sdpa_cache_lookup(cache, hash, text, NULL, NULL, &data, &size, NULL) !=
           SDPA_STATUS_SUCCESS ||
       size != 1000 || memcmp(data, mine, 1000) != 0)
     failures++;
@@ -1181,13 +1161,13 @@ static void *thread_main(void *arg) {
     char hash[33], text[64];
     make_hash(hash, number);
     snprintf(text, sizeof text, "sdpa_bwd;key=%u", number);
-    sdpa_cache_meta meta = make_meta(hash, text);
+    sdpa_cache_meta meta = sdpa_test_meta(hash, text);
     unsigned char *cubin = make_cubin(600 + i, number);
     void *data = NULL;
     size_t size = 0;
-    if (sdpa_cache_store(job->cache, &meta, cubin, 600 + i) != SDPA_STATUS_SUCCESS)
+    if (sdpa_cache_store(job->cache, &meta, cubin, 600 + i, NULL) != SDPA_STATUS_SUCCESS)
       job->failures++;
-    if (sdpa_cache_lookup(job->cache, hash, text, &data, &size, NULL) !=
+    if (sdpa_cache_lookup(job->cache, hash, text, NULL, NULL, &data, &size, NULL) !=
             SDPA_STATUS_SUCCESS ||
         size != 600 + i || memcmp(data, cubin, size) != 0)
       job->failures++;
@@ -1275,19 +1255,19 @@ START_TEST(test_invalid_arguments) {
   cache = open_cache(path, &counter);
   void *data = NULL;
   size_t size = 0;
-  ck_assert_int_eq(sdpa_cache_lookup(cache, "xyz", "t", &data, &size, NULL),
+  ck_assert_int_eq(sdpa_cache_lookup(cache, "xyz", "t", NULL, NULL, &data, &size, NULL),
                    SDPA_STATUS_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "32 hex digits"));
   ck_assert_int_eq(sdpa_cache_lookup(cache, "00000000000000000000000000000001",
-                                     NULL, &data, &size, NULL),
+                                     NULL, NULL, NULL, &data, &size, NULL),
                    SDPA_STATUS_INVALID_ARGUMENT);
-  ck_assert_int_eq(sdpa_cache_store(cache, NULL, "x", 1),
+  ck_assert_int_eq(sdpa_cache_store(cache, NULL, "x", 1, NULL),
                    SDPA_STATUS_INVALID_ARGUMENT);
-  sdpa_cache_meta meta = make_meta("00000000000000000000000000000001", "t");
-  ck_assert_int_eq(sdpa_cache_store(cache, &meta, "x", 0),
+  sdpa_cache_meta meta = sdpa_test_meta("00000000000000000000000000000001", "t");
+  ck_assert_int_eq(sdpa_cache_store(cache, &meta, "x", 0, NULL),
                    SDPA_STATUS_INVALID_ARGUMENT);
   meta.key_hash = "0000000000000000000000000000000g";
-  ck_assert_int_eq(sdpa_cache_store(cache, &meta, "x", 1),
+  ck_assert_int_eq(sdpa_cache_store(cache, &meta, "x", 1, NULL),
                    SDPA_STATUS_INVALID_ARGUMENT);
   ck_assert_int_eq(sdpa_cache_list_entries(cache, NULL, &size),
                    SDPA_STATUS_INVALID_ARGUMENT);

@@ -181,7 +181,7 @@ static void compile_grid(int arch) {
     unsetenv("SDPA_JIT_DQ_CONVERT");
     ck_assert_int_eq(jobs[i].plan->fields.even,
                      vs[i].layout == SDPA_LAYOUT_BSHD && vs[i].even);
-    ck_assert_int_eq(jobs[i].plan->fields.config.kv_tile, vs[i].small ? 64 : 128);
+    ck_assert_int_eq(jobs[i].plan->fields.kv_tile, vs[i].small ? 64 : 128);
   }
   grid_queue q = {PTHREAD_MUTEX_INITIALIZER, jobs, n, 0};
   pthread_t threads[2];
@@ -207,7 +207,7 @@ static void compile_grid(int arch) {
                   (int)jobs[i].source);
     ck_assert_ptr_nonnull(plan->cubin);
     ck_assert_uint_gt(plan->cubin_size, 0);
-    ck_assert_int_eq(sdpa_cubin_arch(plan->cubin, plan->cubin_size), arch);
+    ck_assert_int_eq(sdpa_cubin_arch(plan->cubin, plan->cubin_size, NULL, 0), arch);
     for (int k = 0; k < 3; k++) {
       ck_assert_msg(sdpa_cubin_has_function(plan->cubin, plan->cubin_size,
                                             kernels[k]) == 1,
@@ -486,10 +486,10 @@ START_TEST(compile_error_has_log) {
       "  if (p.error_flag) *p.error_flag = SDPA_DEVICE_ERR_OFFSETS;\n"
       "}\n";
   double ms = -1;
-  st = sdpa_nvrtc_compile_timed(good, "good.cu", 90, &cubin, &size, &log, &ms);
+  st = sdpa_nvrtc_compile_timed(good, "good.cu", 90, 0, &cubin, &size, &log, &ms);
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "%s\n%s", sdpa_last_error(), log);
   ck_assert_int_eq(sdpa_cubin_has_function(cubin, size, "f"), 1);
-  ck_assert_int_eq(sdpa_cubin_arch(cubin, size), 90);
+  ck_assert_int_eq(sdpa_cubin_arch(cubin, size, NULL, 0), 90);
   ck_assert(ms > 0);
   free(cubin);
   free(log);

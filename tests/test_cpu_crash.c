@@ -42,6 +42,7 @@
 
 #include "cache.h"
 #include "check_main.h"
+#include "test_cache.h"
 #include "test_db.h"
 
 enum {
@@ -94,25 +95,6 @@ static unsigned char *make_cubin(int key, int64_t version, size_t *size) {
   return bytes;
 }
 
-static sdpa_cache_meta make_meta(const char *hash, const char *text) {
-  sdpa_cache_meta meta = {0};
-  meta.key_hash = hash;
-  meta.key_text = text;
-  meta.arch = 90;
-  meta.dtype = "bf16";
-  meta.head_dim = 128;
-  meta.head_dim_v = 128;
-  meta.q_tile = 64;
-  meta.kv_tile = 128;
-  meta.warps = 8;
-  meta.stages = 2;
-  meta.mask = "none";
-  meta.layout = "bshd";
-  meta.nvrtc_version = "13.0";
-  meta.compile_ms = 1.0;
-  return meta;
-}
-
 static void child_log(sdpa_log_level level, const char *message, void *user) {
   (void)user;
   if (level != SDPA_LOG_WARNING) return;
@@ -139,9 +121,9 @@ static void writer(const char *path, unsigned seed, int64_t cap) {
     make_text(text, sizeof text, key);
     unsigned char *cubin = make_cubin(key, version, &size);
     if (!cubin) _exit(4);
-    sdpa_cache_meta meta = make_meta(hash, text);
+    sdpa_cache_meta meta = sdpa_test_meta(hash, text);
     __atomic_store_n(&shared->in_flight[key], version, __ATOMIC_SEQ_CST);
-    if (sdpa_cache_store(cache, &meta, cubin, size) != SDPA_STATUS_SUCCESS)
+    if (sdpa_cache_store(cache, &meta, cubin, size, NULL) != SDPA_STATUS_SUCCESS)
       _exit(5);
     __atomic_store_n(&shared->committed[key], version, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&shared->stores, 1, __ATOMIC_SEQ_CST);
@@ -193,7 +175,7 @@ static round_result check_after_kill(const char *dir, const char *path,
 
   /* Every row passes its checksum: verify removes nothing. */
   int64_t checked = -1, removed = -1;
-  ck_assert_int_eq(sdpa_cache_verify_all(cache, &checked, &removed),
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, &checked, &removed),
                    SDPA_STATUS_SUCCESS);
   ck_assert_msg(removed == 0, "round %d: verify removed %lld rows", round,
                 (long long)removed);
@@ -213,7 +195,7 @@ static round_result check_after_kill(const char *dir, const char *path,
     void *data = NULL;
     size_t size = 0;
     sdpa_source source = SDPA_SOURCE_NONE;
-    ck_assert_msg(sdpa_cache_lookup(cache, hash, text, &data, &size,
+    ck_assert_msg(sdpa_cache_lookup(cache, hash, text, NULL, NULL, &data, &size,
                                     &source) == SDPA_STATUS_SUCCESS,
                   "round %d: lookup of key %d: %s", round, key,
                   sdpa_last_error());

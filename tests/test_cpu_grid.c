@@ -117,7 +117,7 @@ START_TEST(points_plan_to_their_keys) {
       ck_assert_msg(strstr(key, want), "%s: key %s", where, key);
     }
 
-    const int table_kv = off->fields.config.kv_tile;
+    const int table_kv = off->fields.kv_tile;
     const int differs = strcmp(key, sdpa_bwd_plan_key(off)) != 0;
     if (!p.small) {
       ck_assert_msg(!differs, "%s: a default point took the small-grid "
@@ -126,7 +126,7 @@ START_TEST(points_plan_to_their_keys) {
       ck_assert_msg(differs == (table_kv == 128),
                     "%s: table kv tile %d, key %s", where, table_kv, key);
       if (differs) {
-        ck_assert_int_eq(on->fields.config.kv_tile, 64);
+        ck_assert_int_eq(on->fields.kv_tile, 64);
         small_keys++;
       }
     }

@@ -141,10 +141,10 @@ static void run_job(job *j) {
   if (sdpa_cache_get_cubin(runtime, sdpa_bwd_plan_key_hash(plan), &cubin, &size) ==
       SDPA_STATUS_SUCCESS) {
     const char *names[] = {SDPA_KERNEL_PREPROCESS, SDPA_KERNEL_MAIN, SDPA_KERNEL_CONVERT};
-    if (sdpa_cubin_arch(cubin, size) != j->arch) {
+    if (sdpa_cubin_arch(cubin, size, NULL, 0) != j->arch) {
       size_t used = strlen(j->problems);
       snprintf(j->problems + used, sizeof j->problems - used,
-               "cubin is for sm_%d; ", sdpa_cubin_arch(cubin, size));
+               "cubin is for sm_%d; ", sdpa_cubin_arch(cubin, size, NULL, 0));
     }
     for (int k = 0; k < 3; k++)
       if (!sdpa_cubin_has_function(cubin, size, names[k])) {

@@ -73,11 +73,11 @@ static sdpa_key_fields base_fields(void) {
   f.dtype = SDPA_DTYPE_BF16;
   f.head_dim = 128;
   f.head_dim_v = 128;
-  f.config.q_tile = 64;
-  f.config.kv_tile = 128;
-  f.config.warps = 8;
-  f.config.stages = 2;
-  f.config.smem_bytes = 1000;
+  f.family = SDPA_FAMILY_MMA;
+  f.q_tile = 64;
+  f.kv_tile = 128;
+  f.warps = 8;
+  f.stages = 2;
   f.lse_packed = 1;
   f.layout = SDPA_LAYOUT_BSHD;
   f.mask = SDPA_MASK_NONE;
@@ -97,18 +97,19 @@ START_TEST(text_exact_format) {
   sdpa_key_fields f = base_fields();
   sdpa_key key = build(&f);
   ck_assert_str_eq(key.text,
-                   "sdpa_bwd;arch=90;dtype=bf16;hd=128;hdv=128;qt=64;kvt=128;"
-                   "warps=8;stages=2;lse=packed;layout=bshd;mask=none;det=0;"
+                   "sdpa_bwd;arch=90;family=mma;dtype=bf16;hd=128;hdv=128;qt=64;"
+                   "kvt=128;warps=8;stages=2;lse=packed;layout=bshd;mask=none;det=0;"
                    "even=1;dq=convert");
 
   f.arch = 80;
   f.dtype = SDPA_DTYPE_FP16;
   f.head_dim = 96;
   f.head_dim_v = 64;
-  f.config.q_tile = 32;
-  f.config.kv_tile = 64;
-  f.config.warps = 4;
-  f.config.stages = 1;
+  f.family = SDPA_FAMILY_HOPPER;
+  f.q_tile = 32;
+  f.kv_tile = 64;
+  f.warps = 4;
+  f.stages = 1;
   f.lse_packed = 0;
   f.layout = SDPA_LAYOUT_THD;
   f.mask = SDPA_MASK_SLIDING_WINDOW;
@@ -117,8 +118,8 @@ START_TEST(text_exact_format) {
   f.fold_dq = 1;
   key = build(&f);
   ck_assert_str_eq(key.text,
-                   "sdpa_bwd;arch=80;dtype=fp16;hd=96;hdv=64;qt=32;kvt=64;"
-                   "warps=4;stages=1;lse=strided;layout=thd;mask=window;det=1;"
+                   "sdpa_bwd;arch=80;family=hopper;dtype=fp16;hd=96;hdv=64;qt=32;"
+                   "kvt=64;warps=4;stages=1;lse=strided;layout=thd;mask=window;det=1;"
                    "even=0;dq=main");
 
   f.mask = SDPA_MASK_CAUSAL_TOP_LEFT;
@@ -134,11 +135,12 @@ START_TEST(plan_text_uses_its_fields) {
   key_copy k = plan_key(rt, &d);
   char expected[512];
   snprintf(expected, sizeof expected,
-           "sdpa_bwd;arch=90;dtype=bf16;hd=128;hdv=128;qt=%d;kvt=%d;warps=%d;"
-           "stages=%d;lse=packed;layout=bshd;mask=none;det=0;even=%d;dq=convert",
-           k.fields.config.q_tile, k.fields.config.kv_tile,
-           k.fields.config.warps, k.fields.config.stages,
-           256 % k.fields.config.q_tile == 0 && 256 % k.fields.config.kv_tile == 0);
+           "sdpa_bwd;arch=90;family=mma;dtype=bf16;hd=128;hdv=128;qt=%d;kvt=%d;"
+           "warps=%d;stages=%d;lse=packed;layout=bshd;mask=none;det=0;even=%d;"
+           "dq=convert",
+           k.fields.q_tile, k.fields.kv_tile,
+           k.fields.warps, k.fields.stages,
+           256 % k.fields.q_tile == 0 && 256 % k.fields.kv_tile == 0);
   ck_assert_str_eq(k.text, expected);
   ck_assert_uint_eq(strlen(k.hash), 32);
   ck_assert_uint_eq(strspn(k.hash, "0123456789abcdef"), 32);
@@ -166,7 +168,7 @@ START_TEST(hash_covers_templates_toolchain_and_text) {
   }
   const char *version = sdpa_nvrtc_version();
   XXH3_128bits_update(state, version, strlen(version) + 1);
-  const char *const *options = sdpa_nvrtc_options(90);
+  const char *const *options = sdpa_nvrtc_options(90, 0);
   ck_assert_ptr_nonnull(options);
   for (size_t i = 0; options[i]; i++)
     XXH3_128bits_update(state, options[i], strlen(options[i]) + 1);
@@ -193,15 +195,23 @@ START_TEST(hash_covers_templates_toolchain_and_text) {
     ck_assert_str_ne(options[i], "-lineinfo");
   }
   ck_assert(saw_arch && saw_verbose);
-  ck_assert_str_eq(sdpa_nvrtc_options(80)[0], "--gpu-architecture=sm_80");
-  /* every arch of the table spells its number as printf would */
+  ck_assert_str_eq(sdpa_nvrtc_options(80, 0)[0], "--gpu-architecture=sm_80");
+  /* every arch of the table spells its number as printf would, and the
+   * arch-specific target (the Hopper family) with an "a" */
   for (int arch = 0; arch < 256; arch++) {
     char want[40];
     snprintf(want, sizeof want, "--gpu-architecture=sm_%d", arch);
-    ck_assert_str_eq(sdpa_nvrtc_options(arch)[0], want);
+    ck_assert_str_eq(sdpa_nvrtc_options(arch, 0)[0], want);
+    snprintf(want, sizeof want, "--gpu-architecture=sm_%da", arch);
+    ck_assert_str_eq(sdpa_nvrtc_options(arch, 1)[0], want);
   }
-  ck_assert_ptr_null(sdpa_nvrtc_options(256));
-  ck_assert_ptr_null(sdpa_nvrtc_options(-1));
+  ck_assert_ptr_null(sdpa_nvrtc_options(256, 0));
+  ck_assert_ptr_null(sdpa_nvrtc_options(-1, 1));
+
+  /* the family picks the options: a Hopper key hashes sm_90a's */
+  sdpa_key_fields hopper = base_fields();
+  hopper.family = SDPA_FAMILY_HOPPER;
+  ck_assert_str_ne(build(&hopper).hash, key.hash);
 }
 END_TEST
 
@@ -284,8 +294,8 @@ END_TEST
 START_TEST(every_key_field_changes_text_and_hash) {
   const sdpa_key_fields base = base_fields();
   const sdpa_key ref = build(&base);
-  sdpa_key_fields variants[16];
-  const char *what[16];
+  sdpa_key_fields variants[SDPA_KEY_FIELD_COUNT + 4];
+  const char *what[SDPA_KEY_FIELD_COUNT + 4];
   int n = 0;
 #define VARIANT(label, stmt)                                                  \
   do {                                                                        \
@@ -294,13 +304,14 @@ START_TEST(every_key_field_changes_text_and_hash) {
     what[n++] = label;                                                        \
   } while (0)
   VARIANT("arch", f->arch = 80);
+  VARIANT("family", f->family = SDPA_FAMILY_HOPPER);
   VARIANT("dtype", f->dtype = SDPA_DTYPE_FP16);
   VARIANT("head_dim", f->head_dim = 192);
   VARIANT("head_dim_v", f->head_dim_v = 64);
-  VARIANT("q_tile", f->config.q_tile = 128);
-  VARIANT("kv_tile", f->config.kv_tile = 64);
-  VARIANT("warps", f->config.warps = 4);
-  VARIANT("stages", f->config.stages = 1);
+  VARIANT("q_tile", f->q_tile = 128);
+  VARIANT("kv_tile", f->kv_tile = 64);
+  VARIANT("warps", f->warps = 4);
+  VARIANT("stages", f->stages = 1);
   VARIANT("lse", f->lse_packed = 0);
   VARIANT("layout", f->layout = SDPA_LAYOUT_THD);
   VARIANT("mask tl", f->mask = SDPA_MASK_CAUSAL_TOP_LEFT);
@@ -310,7 +321,10 @@ START_TEST(every_key_field_changes_text_and_hash) {
   VARIANT("even", f->even = 0);
   VARIANT("dq writer", f->fold_dq = 1);
 #undef VARIANT
-  sdpa_key keys[16];
+  /* one variant per field at least: a field added to key_fields.h without
+   * a variant here fails this count */
+  ck_assert_int_ge(n, SDPA_KEY_FIELD_COUNT);
+  sdpa_key keys[SDPA_KEY_FIELD_COUNT + 4];
   for (int i = 0; i < n; i++) {
     keys[i] = build(&variants[i]);
     ck_assert_msg(strcmp(keys[i].text, ref.text) != 0, "%s: text unchanged",
@@ -322,12 +336,6 @@ START_TEST(every_key_field_changes_text_and_hash) {
     for (int j = i + 1; j < n; j++)
       ck_assert_msg(strcmp(keys[i].hash, keys[j].hash) != 0,
                     "%s and %s share a hash", what[i], what[j]);
-
-  /* smem_bytes follows from the tiles and is not a key field */
-  sdpa_key_fields f = base;
-  f.config.smem_bytes = 2000;
-  sdpa_key same = build(&f);
-  ck_assert_str_eq(same.hash, ref.hash);
 }
 END_TEST
 
@@ -394,7 +402,7 @@ START_TEST(launch_arguments_leave_key_unchanged) {
   sdpa_runtime *rt = open_runtime();
   sdpa_bwd_desc base = base_desc();
   key_copy ref = plan_key(rt, &base);
-  int qt = ref.fields.config.q_tile, kvt = ref.fields.config.kv_tile;
+  int qt = ref.fields.q_tile, kvt = ref.fields.kv_tile;
   int tile = qt > kvt ? qt : kvt;
   sdpa_bwd_desc v[16];
   const char *what[16];

@@ -70,12 +70,34 @@ static void expect(const sdpa_bwd_desc *d, sdpa_status status,
 #define REJECT(d, st, ...)                                                    \
   expect(&(d), SDPA_STATUS_##st, (const char *const[]){__VA_ARGS__, NULL})
 
-static sdpa_bwd_plan *make(const sdpa_bwd_desc *d) {
+static sdpa_bwd_plan *make_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o) {
   sdpa_bwd_plan *plan = NULL;
-  sdpa_status st = sdpa_bwd_plan_create(&plan, rt, d);
+  sdpa_status st = sdpa_bwd_plan_create_with(&plan, rt, d, o);
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan_create: %s: %s",
                 sdpa_status_name(st), sdpa_last_error());
   return plan;
+}
+
+static sdpa_bwd_plan *make(const sdpa_bwd_desc *d) { return make_with(d, NULL); }
+
+/* Makes the suite's runtime afresh with `name`=`value` in the environment
+ * (NULL: unset), then takes the variable away again: the runtime read its
+ * plan options' defaults when it was made, and keeps them. */
+static void runtime_with_env(const char *name, const char *value) {
+  if (value)
+    ck_assert_int_eq(setenv(name, value, 1), 0);
+  else
+    unsetenv(name);
+  close_runtime();
+  open_runtime();
+  unsetenv(name);
+}
+
+/* Plan options with one field set. */
+static sdpa_bwd_plan_options options_dq(sdpa_dq_writer w) {
+  sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+  o.dq_writer = w;
+  return o;
 }
 
 START_TEST(null_arguments) {
@@ -185,7 +207,7 @@ START_TEST(launch_grid_limits) {
   sdpa_bwd_plan *plan = make(&d);
   ck_assert_int_eq(plan->convert_grid_x, (int64_t)(4096 / 16) << 16);
   ck_assert_int_eq(plan->main_grid_x,
-                   (int64_t)(4096 / plan->fields.config.kv_tile) << 16);
+                   (int64_t)(4096 / plan->fields.kv_tile) << 16);
   sdpa_bwd_plan_destroy(plan);
   /* THD: sequences and max_s are bounded each on its own; the convert
    * grid (2^26 x 2^24 query blocks x 2^15 heads) passes int64 while the
@@ -538,11 +560,11 @@ START_TEST(workspace_bshd) {
   d.head_dim = 128;
   /* the main kernel writing dQ counts the kv tiles done with each (head,
    * sequence, query tile) in an int32 */
-  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "main", 1), 0);
-  sdpa_bwd_plan *plan = make(&d);
+  const sdpa_bwd_plan_options main_dq = options_dq(SDPA_DQ_MAIN);
+  sdpa_bwd_plan *plan = make_with(&d, &main_dq);
   size_t dq = align256((size_t)2 * 256 * 8 * 128 * 4);
   size_t delta = align256((size_t)2 * 256 * 8 * 4);
-  size_t sem = align256((size_t)8 * 2 * (256 / plan->fields.config.q_tile) * 4);
+  size_t sem = align256((size_t)8 * 2 * (256 / plan->fields.q_tile) * 4);
   ck_assert_int_eq(plan->fields.fold_dq, 1);
   ck_assert_uint_eq(plan->ws_dq_accum, 0);
   ck_assert_uint_eq(plan->ws_delta, dq);
@@ -558,8 +580,8 @@ START_TEST(workspace_bshd) {
   d.heads_q = 3;
   d.heads_kv = 1;
   d.head_dim = 32;
-  plan = make(&d);
-  int qt = plan->fields.config.q_tile;
+  plan = make_with(&d, &main_dq);
+  int qt = plan->fields.q_tile;
   /* dQacc keeps whole 16-row blocks per sequence: 17 rows -> 2 blocks */
   dq = align256((size_t)3 * 2 * 16 * 3 * 32 * 4); /* 36864 */
   delta = align256((size_t)3 * 17 * 3 * 4);       /* 612 -> 768 */
@@ -570,12 +592,11 @@ START_TEST(workspace_bshd) {
   ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta + sem);
   ck_assert_uint_eq(sdpa_bwd_workspace_size(plan) % 256, 0);
   sdpa_bwd_plan_destroy(plan);
-  unsetenv("SDPA_JIT_DQ_CONVERT");
 }
 END_TEST
 
 START_TEST(workspace_thd) {
-  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "main", 1), 0);
+  const sdpa_bwd_plan_options main_dq = options_dq(SDPA_DQ_MAIN);
   sdpa_bwd_desc d = good();
   d.layout = SDPA_LAYOUT_THD;
   d.batch = 4;
@@ -583,11 +604,11 @@ START_TEST(workspace_thd) {
   d.heads_kv = 2;
   d.seqlen_q = 700;
   d.max_total_q = 1001;
-  sdpa_bwd_plan *plan = make(&d);
+  sdpa_bwd_plan *plan = make_with(&d, &main_dq);
   /* every sequence may start a 16-row block of its own: 1001/16 + 4 + 1 */
   size_t dq = align256((size_t)(62 + 4 + 1) * 16 * 4 * 64 * 4);
   size_t delta = align256((size_t)1001 * 4 * 4);
-  int qt = plan->fields.config.q_tile;
+  int qt = plan->fields.q_tile;
   size_t sem = align256((size_t)4 * 4 * ((700 + qt - 1) / qt) * 4);
   ck_assert_int_eq(plan->rows_q, 1001);
   ck_assert_int_eq(plan->fields.fold_dq, 1);
@@ -595,10 +616,9 @@ START_TEST(workspace_thd) {
   sdpa_bwd_plan_destroy(plan);
 
   d.deterministic = 1; /* the same counters, as semaphores */
-  plan = make(&d);
+  plan = make_with(&d, &main_dq);
   ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), dq + delta + sem);
   sdpa_bwd_plan_destroy(plan);
-  unsetenv("SDPA_JIT_DQ_CONVERT");
 }
 END_TEST
 
@@ -608,16 +628,20 @@ typedef struct plan_choices {
   int fold_dq, order_group;
 } plan_choices;
 
-static plan_choices choices_of(const sdpa_bwd_desc *d) {
-  sdpa_bwd_plan *plan = make(d);
+static plan_choices choices_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o) {
+  sdpa_bwd_plan *plan = make_with(d, o);
   const plan_choices c = {plan->fields.fold_dq, plan->params.order_group};
   sdpa_bwd_plan_destroy(plan);
   return c;
 }
 
+static plan_choices choices_of(const sdpa_bwd_desc *d) { return choices_with(d, NULL); }
+
 /* Who writes dQ: the convert kernel whatever the size; the main kernel
- * (with the counters it needs) only with SDPA_JIT_DQ_CONVERT=main; the
- * variable is validated. */
+ * (with the counters it needs) only with options.dq_writer MAIN, or
+ * SDPA_JIT_DQ_CONVERT=main in the environment the runtime was made in; the
+ * variable is validated, and a plan that sets the option itself does not
+ * depend on it. */
 START_TEST(dq_writer) {
   sdpa_bwd_desc d = good(); /* 2 x 256 rows x 8 heads x 64 floats: 1 MiB */
   sdpa_bwd_plan *plan = make(&d);
@@ -631,8 +655,9 @@ START_TEST(dq_writer) {
   ck_assert_int_eq(choices_of(&d).fold_dq, 0);
   d = good();
 
-  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "main", 1), 0);
-  plan = make(&d);
+  const sdpa_bwd_plan_options main_dq = options_dq(SDPA_DQ_MAIN);
+  const sdpa_bwd_plan_options convert_dq = options_dq(SDPA_DQ_CONVERT);
+  plan = make_with(&d, &main_dq);
   ck_assert_int_eq(plan->fields.fold_dq, 1);
   ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), ";dq=main"));
   const size_t with_counters = sdpa_bwd_workspace_size(plan);
@@ -640,27 +665,44 @@ START_TEST(dq_writer) {
   ck_assert_uint_gt(with_counters, without_counters);
   sdpa_bwd_plan_destroy(plan);
   d.seqlen_q = d.seqlen_kv = 16384; /* 64 MiB: still the main kernel */
-  ck_assert_int_eq(choices_of(&d).fold_dq, 1);
+  ck_assert_int_eq(choices_with(&d, &main_dq).fold_dq, 1);
   d = good();
 
-  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "convert", 1), 0);
-  ck_assert_int_eq(choices_of(&d).fold_dq, 0);
+  ck_assert_int_eq(choices_with(&d, &convert_dq).fold_dq, 0);
   d.deterministic = 1; /* keeps its semaphores */
-  plan = make(&d);
+  plan = make_with(&d, &convert_dq);
   ck_assert_int_eq(plan->fields.fold_dq, 0);
   ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), with_counters);
   sdpa_bwd_plan_destroy(plan);
   d.deterministic = 0;
 
-  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "both", 1), 0);
+  /* the environment is the default, read when the runtime is made */
+  runtime_with_env("SDPA_JIT_DQ_CONVERT", "main");
+  ck_assert_int_eq(choices_of(&d).fold_dq, 1);
+  ck_assert_int_eq(choices_with(&d, &convert_dq).fold_dq, 0);
+  runtime_with_env("SDPA_JIT_DQ_CONVERT", "both");
   REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_DQ_CONVERT = \"both\"", "\"main\"", "\"convert\"");
-  unsetenv("SDPA_JIT_DQ_CONVERT");
+  ck_assert_int_eq(choices_with(&d, &main_dq).fold_dq, 1); /* set: not the default */
+  runtime_with_env("SDPA_JIT_DQ_CONVERT", NULL);
+
+  sdpa_bwd_plan_options bad = options_dq((sdpa_dq_writer)7);
+  sdpa_bwd_plan *none = NULL;
+  ck_assert_int_eq(sdpa_bwd_plan_create_with(&none, rt, &d, &bad),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "options.dq_writer = 7"));
+  bad = options_dq(SDPA_DQ_DEFAULT);
+  bad.version = 9;
+  ck_assert_int_eq(sdpa_bwd_plan_create_with(&none, rt, &d, &bad),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "options.version = 9"));
+  ck_assert_ptr_null(none);
 }
 END_TEST
 
-/* Launch graphs: on by default and with SDPA_JIT_GRAPHS=1, off with 0
- * (a plan parameter: the key does not change), anything else rejected
- * naming the variable; a new plan holds none until it is executed. */
+/* Launch graphs: on by default and with SDPA_JIT_GRAPHS=1, off with 0 or
+ * options.graphs OFF (a plan parameter: the key does not change), a bad
+ * variable rejected naming it; a new plan holds none until it is
+ * executed. */
 START_TEST(launch_graphs_setting) {
   sdpa_bwd_desc d = good();
   sdpa_bwd_plan *plan = make(&d);
@@ -669,34 +711,49 @@ START_TEST(launch_graphs_setting) {
   char key[sizeof plan->key.text];
   snprintf(key, sizeof key, "%s", sdpa_bwd_plan_key(plan));
   sdpa_bwd_plan_destroy(plan);
-  ck_assert_int_eq(setenv("SDPA_JIT_GRAPHS", "0", 1), 0);
-  plan = make(&d);
+  sdpa_bwd_plan_options off = SDPA_BWD_PLAN_OPTIONS_INIT;
+  off.graphs = SDPA_SWITCH_OFF;
+  plan = make_with(&d, &off);
   ck_assert_int_eq(plan->graphs.enabled, 0);
   ck_assert_str_eq(sdpa_bwd_plan_key(plan), key);
+  sdpa_bwd_plan_info info = SDPA_BWD_PLAN_INFO_INIT;
+  ck_assert_int_eq(sdpa_bwd_plan_query(plan, &info), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(info.graphs, 0);
   sdpa_bwd_plan_destroy(plan);
-  ck_assert_int_eq(setenv("SDPA_JIT_GRAPHS", "1", 1), 0);
+  runtime_with_env("SDPA_JIT_GRAPHS", "0");
+  plan = make(&d);
+  ck_assert_int_eq(plan->graphs.enabled, 0);
+  sdpa_bwd_plan_destroy(plan);
+  runtime_with_env("SDPA_JIT_GRAPHS", "1");
   plan = make(&d);
   ck_assert_int_eq(plan->graphs.enabled, 1);
   sdpa_bwd_plan_destroy(plan);
-  ck_assert_int_eq(setenv("SDPA_JIT_GRAPHS", "yes", 1), 0);
+  runtime_with_env("SDPA_JIT_GRAPHS", "yes");
   REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_GRAPHS = \"yes\"", "\"0\"", "\"1\"");
-  unsetenv("SDPA_JIT_GRAPHS");
+  runtime_with_env("SDPA_JIT_GRAPHS", NULL);
 }
 END_TEST
 
-/* The kernel configuration of `d` as "qt,kvt,warps,stages". */
-static const char *tiles_of(const sdpa_bwd_desc *d, char *buf, size_t size) {
-  sdpa_bwd_plan *plan = make(d);
-  const sdpa_kernel_config *c = &plan->fields.config;
+/* The kernel configuration of `d` (with options `o`, may be NULL) as
+ * "qt,kvt,warps,stages". */
+static const char *tiles_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o,
+                              char *buf, size_t size) {
+  sdpa_bwd_plan *plan = make_with(d, o);
+  const sdpa_key_fields *c = &plan->fields;
   snprintf(buf, size, "%d,%d,%d,%d", c->q_tile, c->kv_tile, c->warps, c->stages);
   sdpa_bwd_plan_destroy(plan);
   return buf;
 }
 
+static const char *tiles_of(const sdpa_bwd_desc *d, char *buf, size_t size) {
+  return tiles_with(d, NULL, buf, size);
+}
+
 /* Small grids: at most 64 blocks of 128 kv rows (causal: 128) take 64-row
  * kv tiles (q tile 128 where shared memory allows); BSHD, not
- * deterministic, table kv tile 128 only; SDPA_JIT_SMALL_GRID=0 turns it
- * off and is validated; SDPA_JIT_TILES still wins. */
+ * deterministic, table kv tile 128 only; options.small_grid OFF (or
+ * SDPA_JIT_SMALL_GRID=0) turns it off, the variable is validated; given
+ * tiles (options, SDPA_JIT_TILES) still win. */
 START_TEST(small_grid_tiles) {
   char t[32];
   sdpa_bwd_desc d = good();
@@ -752,16 +809,33 @@ START_TEST(small_grid_tiles) {
   memset(&thd.q, 0, sizeof thd.q);
   ck_assert_str_eq(tiles_of(&thd, t, sizeof t), "64,128,8,2");
 
-  ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", "0", 1), 0);
+  sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+  o.small_grid = SDPA_SWITCH_OFF;
+  ck_assert_str_eq(tiles_with(&d, &o, t, sizeof t), "64,128,8,2");
+  o.small_grid = SDPA_SWITCH_ON;
+  ck_assert_str_eq(tiles_with(&d, &o, t, sizeof t), "128,64,8,2");
+  o.small_grid = SDPA_SWITCH_DEFAULT;
+  o.q_tile = 64, o.kv_tile = 128, o.warps = 8, o.stages = 1;
+  ck_assert_str_eq(tiles_with(&d, &o, t, sizeof t), "64,128,8,1");
+  o.warps = 12; /* a warp count this family has not */
+  sdpa_bwd_plan *none = NULL;
+  ck_assert_int_eq(sdpa_bwd_plan_create_with(&none, rt, &d, &o), SDPA_STATUS_NOT_SUPPORTED);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "mma.sync"));
+  o.warps = 5;
+  ck_assert_int_eq(sdpa_bwd_plan_create_with(&none, rt, &d, &o), SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "options tiles"));
+
+  runtime_with_env("SDPA_JIT_SMALL_GRID", "0");
   ck_assert_str_eq(tiles_of(&d, t, sizeof t), "64,128,8,2");
-  ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", "1", 1), 0);
+  runtime_with_env("SDPA_JIT_SMALL_GRID", "1");
   ck_assert_str_eq(tiles_of(&d, t, sizeof t), "128,64,8,2");
-  ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", "yes", 1), 0);
+  runtime_with_env("SDPA_JIT_SMALL_GRID", "yes");
   REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_SMALL_GRID = \"yes\"", "\"0\"", "\"1\"");
-  unsetenv("SDPA_JIT_SMALL_GRID");
-  ck_assert_int_eq(setenv("SDPA_JIT_TILES", "64,128,8,1", 1), 0);
+  runtime_with_env("SDPA_JIT_TILES", "64,128,8,1");
   ck_assert_str_eq(tiles_of(&d, t, sizeof t), "64,128,8,1");
-  unsetenv("SDPA_JIT_TILES");
+  runtime_with_env("SDPA_JIT_TILES", "64,128");
+  REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_TILES = \"64,128\"");
+  runtime_with_env("SDPA_JIT_TILES", NULL);
 }
 END_TEST
 
@@ -772,7 +846,7 @@ START_TEST(launch_order_group) {
   d.arch = 90;
   d.seqlen_q = d.seqlen_kv = 16384;
   sdpa_bwd_plan *plan = make(&d);
-  ck_assert_int_eq(plan->fields.config.kv_tile, 128);
+  ck_assert_int_eq(plan->fields.kv_tile, 128);
   sdpa_bwd_plan_destroy(plan);
   ck_assert_int_eq(choices_of(&d).order_group, 2); /* 128 kv tiles a pair */
   d.seqlen_kv = 16384 + 1; /* 129 tiles: still 2 pairs (258 blocks) */
@@ -782,16 +856,24 @@ START_TEST(launch_order_group) {
   d.seqlen_q = d.seqlen_kv = 1024; /* 8 tiles: 32 pairs wanted, 16 exist */
   ck_assert_int_eq(choices_of(&d).order_group, 16);
 
-  ck_assert_int_eq(setenv("SDPA_JIT_ORDER_GROUP", "3", 1), 0);
+  sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+  o.order_group = 3;
+  ck_assert_int_eq(choices_with(&d, &o).order_group, 3);
+  o.order_group = 99;
+  ck_assert_int_eq(choices_with(&d, &o).order_group, 16);
+  runtime_with_env("SDPA_JIT_ORDER_GROUP", "3");
   ck_assert_int_eq(choices_of(&d).order_group, 3);
-  ck_assert_int_eq(setenv("SDPA_JIT_ORDER_GROUP", "99", 1), 0);
-  ck_assert_int_eq(choices_of(&d).order_group, 16);
   const char *bad[] = {"0", "-2", "4x", "x"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
-    ck_assert_int_eq(setenv("SDPA_JIT_ORDER_GROUP", bad[i], 1), 0);
+    runtime_with_env("SDPA_JIT_ORDER_GROUP", bad[i]);
     REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_ORDER_GROUP", "from 1 to");
   }
-  unsetenv("SDPA_JIT_ORDER_GROUP");
+  runtime_with_env("SDPA_JIT_ORDER_GROUP", NULL);
+  o.order_group = -1;
+  sdpa_bwd_plan *none = NULL;
+  ck_assert_int_eq(sdpa_bwd_plan_create_with(&none, rt, &d, &o),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "options.order_group = -1"));
 }
 END_TEST
 
@@ -855,7 +937,7 @@ START_TEST(desc_arch_overrides_runtime) {
   sdpa_bwd_plan *plan = make(&d);
   ck_assert_int_eq(plan->fields.arch, 80);
   ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), "arch=80;"));
-  ck_assert_int_le(plan->fields.config.smem_bytes, sdpa_arch_smem_limit(80));
+  ck_assert_int_le(plan->smem_bytes, sdpa_arch_smem_limit(80));
   sdpa_bwd_plan_destroy(plan);
 }
 END_TEST

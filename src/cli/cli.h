@@ -8,9 +8,12 @@
  * options after the command. session.c opens a runtime from the global
  * options and reports library errors the same way for every command.
  *
- * Exit codes: 0 success, 1 failure (the library said no), 2 usage error.
- * Everything meant for a program goes to stdout; progress, notes and errors
- * go to stderr.
+ * Exit codes: 0 success, 1 failure (the library said no, nothing was
+ * stored, output could not be written), 2 usage error (including values
+ * the library rejects, checked before any work). Everything meant for a
+ * program goes to stdout; progress, notes and errors go to stderr. Every
+ * string read from a cache file is escaped before it is printed
+ * (text.c, json.c).
  */
 #ifndef SDPA_CLI_H
 #define SDPA_CLI_H
@@ -96,10 +99,29 @@ int cli_parse_simple(cli_args *args, const cli_option *options, const char *help
 
 /* --------------------------------------------------------------- session */
 
-/* Creates a runtime from the global options. On failure prints the
- * library's message and returns CLI_EXIT_FAILURE; on success *out is the
- * caller's (sdpa_runtime_destroy) and CLI_EXIT_OK comes back. */
-int cli_runtime_open(const cli_args *args, sdpa_runtime **out);
+/* What a command does with the user's cache, which decides how it opens
+ * it. An explicit --cache that cannot be used that way is an error for
+ * every command; the default location is required only for filling. */
+typedef enum cli_cache_use {
+  CLI_CACHE_INSPECT,  /* ls, show, stats, path, dump: read-only, creates
+                         nothing                                        */
+  CLI_CACHE_MAINTAIN, /* verify, prune: writes an existing file only     */
+  CLI_CACHE_FILL      /* preheat: creates and writes; must be on disk    */
+} cli_cache_use;
+
+/* Creates a runtime from the global options for `use`. On failure prints
+ * the library's message and returns CLI_EXIT_FAILURE; on success *out is
+ * the caller's (sdpa_runtime_destroy) and CLI_EXIT_OK comes back. */
+int cli_runtime_open(const cli_args *args, cli_cache_use use, sdpa_runtime **out);
+
+/* When the runtime has no database of the user's: prints "no cache at
+ * <location>" on stderr and returns 1 (the caller then reports nothing
+ * more), else 0. */
+int cli_no_user_cache(const cli_args *args, const sdpa_runtime *runtime);
+
+/* The end of every command: flushes stdout; when that or any earlier write
+ * to it failed, prints why and returns CLI_EXIT_FAILURE, else `rc`. */
+int cli_finish_output(const cli_args *args, int rc);
 
 /* Prints "sdpa-jit CMD: <what>: <sdpa_last_error() or the status name>"
  * on stderr and returns CLI_EXIT_FAILURE. */
@@ -111,6 +133,15 @@ const char *cli_error_text(sdpa_status status);
 
 /* The cache location a runtime uses, for people: its path or "(memory)". */
 const char *cli_cache_location(const sdpa_runtime *runtime);
+
+/* ------------------------------------------------------------------ text */
+
+/* The length of the valid UTF-8 sequence at `p` (1-4), 0 when none. */
+size_t cli_utf8_length(const unsigned char *p);
+
+/* Copies `text` (NULL: "") into out with control characters and bytes
+ * that are not UTF-8 written as \xNN (truncated to `size`); returns out. */
+const char *cli_escape(const char *text, char *out, size_t size);
 
 /* ----------------------------------------------------------------- units */
 

@@ -77,12 +77,14 @@ int cli_dump(cli_args *args) {
   sdpa_runtime *runtime = NULL;
   void *cubin = NULL;
   size_t size = 0;
-  int rc = cli_runtime_open(args, &runtime);
+  int rc = cli_runtime_open(args, CLI_CACHE_INSPECT, &runtime);
   if (rc != CLI_EXIT_OK) goto done;
   sdpa_status status = sdpa_cache_get_cubin(runtime, key, &cubin, &size);
   if (status != SDPA_STATUS_SUCCESS) {
+    char safe[600];
     cubin = NULL;
-    rc = cli_fail(args, status, key);
+    cli_no_user_cache(args, runtime);
+    rc = cli_fail(args, status, cli_escape(key, safe, sizeof safe));
     goto done;
   }
   if (write_cubin(args, output, cubin, size) != 0) {

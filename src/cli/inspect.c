@@ -4,7 +4,11 @@
  * They answer what a performance engineer asks of the cache (which keys,
  * how big, how long they took to compile, how often they are used) through
  * the public sdpa_cache_* calls, as a table for people or as JSON for
- * programs. Nothing here writes to the cache.
+ * programs. They open the user's database read-only and create nothing;
+ * `ls` streams the rows (one at a time, however many there are). Every
+ * string that comes from the database is escaped before it is printed.
+ * The key's fields are printed from the key text (name=value pairs), so a
+ * new key field shows up here without a line of this file.
  */
 #include <string.h>
 
@@ -15,16 +19,42 @@ static const cli_option json_options[] = {{"--json", NULL, 0, CLI_OPT_JSON},
                                           {NULL, NULL, 0, 0}};
 static const cli_option no_options[] = {{NULL, NULL, 0, 0}};
 
+/* Calls `field` for every name=value pair of a key text after its first
+ * ';' ("sdpa_bwd;arch=90;..."). */
+static void each_key_field(const char *key_text,
+                           void (*field)(const char *name, const char *value, void *user),
+                           void *user) {
+  const char *p = key_text ? strchr(key_text, ';') : NULL;
+  while (p && *p) {
+    p++;
+    const char *end = strchr(p, ';');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    const char *eq = memchr(p, '=', n);
+    if (eq && eq > p && n < 256) {
+      char name[256], value[256];
+      snprintf(name, sizeof name, "%.*s", (int)(eq - p), p);
+      snprintf(value, sizeof value, "%.*s", (int)(n - (size_t)(eq - p) - 1), eq + 1);
+      field(name, value, user);
+    }
+    p = end;
+  }
+}
+
+static void json_key_field(const char *name, const char *value, void *user) {
+  cli_json_str(user, name, value);
+}
+
 /* Writes one entry as a JSON object with every field. */
 static void entry_json(const sdpa_cache_entry *e, const char *cache) {
   char created[32], last_used[32];
   cli_format_iso_utc(e->created, created, sizeof created);
   cli_format_iso_utc(e->last_used, last_used, sizeof last_used);
-  cli_json_object o;
+  cli_json_object o, key;
   cli_json_begin(&o, stdout);
   cli_json_str(&o, "key_hash", e->key_hash);
   cli_json_str(&o, "key_text", e->key_text);
   cli_json_int(&o, "arch", e->arch);
+  cli_json_str(&o, "family", e->family);
   cli_json_str(&o, "dtype", e->dtype);
   cli_json_int(&o, "head_dim", e->head_dim);
   cli_json_int(&o, "head_dim_v", e->head_dim_v);
@@ -32,8 +62,17 @@ static void entry_json(const sdpa_cache_entry *e, const char *cache) {
   cli_json_int(&o, "kv_tile", e->kv_tile);
   cli_json_int(&o, "warps", e->warps);
   cli_json_int(&o, "stages", e->stages);
+  cli_json_str(&o, "lse", e->lse);
   cli_json_str(&o, "mask", e->mask);
   cli_json_str(&o, "layout", e->layout);
+  cli_json_int(&o, "deterministic", e->deterministic);
+  cli_json_int(&o, "even", e->even);
+  cli_json_str(&o, "dq", e->dq);
+  /* Every key field, from the key text. */
+  fputs(",\"key\":", stdout);
+  cli_json_begin(&key, stdout);
+  each_key_field(e->key_text, json_key_field, &key);
+  cli_json_end(&key);
   cli_json_str(&o, "nvrtc_version", e->nvrtc_version);
   cli_json_int(&o, "cubin_bytes", e->cubin_bytes);
   cli_json_num(&o, "compile_ms", e->compile_ms);
@@ -51,58 +90,72 @@ static const char ls_help[] =
     "usage: " CLI_PROGRAM " ls [--json]\n"
     "\n"
     "List the cache's entries (the user's database and the shipped ones),\n"
-    "most recently used first: hash prefix, arch, dtype, head dims, tiles\n"
-    "(q x kv, warps, stages), mask, layout, size, compile time, hits, last\n"
-    "use; \"ro\" marks an entry of a shipped (read-only) database.\n"
+    "most recently used first: hash prefix, arch, family, dtype, head dims,\n"
+    "tiles (q x kv, warps, stages), mask, layout, size, compile time, hits,\n"
+    "last use; \"ro\" marks an entry of a shipped (read-only) database. The\n"
+    "rows are read one at a time. Opens the cache read-only; an explicit\n"
+    "--cache that holds no cache is an error.\n"
     "\n"
-    "  --json   a JSON array of objects with every field\n"
+    "  --json   a JSON array of objects with every field (and \"key\": every\n"
+    "           field of the key text)\n"
     "\n"
     "Global options: --cache PATH, --readonly PATH, --no-disk.\n";
+
+typedef struct ls_state {
+  int json;
+  size_t rows;
+} ls_state;
+
+static int ls_row(const sdpa_cache_entry *e, void *user) {
+  ls_state *st = user;
+  if (st->json) {
+    fputs(st->rows ? ",\n " : "[", stdout);
+    entry_json(e, NULL);
+  } else {
+    char dims[24], tiles[48], date[32], dtype[64], mask[64], layout[64], family[64];
+    if (st->rows == 0)
+      printf("%-12s %4s %-6s %-5s %-9s %-15s %-9s %-6s %9s %10s %6s  %-16s\n", "HASH",
+             "ARCH", "FAMILY", "DTYPE", "HD/HDV", "TILES", "MASK", "LAYOUT", "KIB",
+             "COMPILE_MS", "HITS", "LAST_USED");
+    snprintf(dims, sizeof dims, "%d/%d", e->head_dim, e->head_dim_v);
+    snprintf(tiles, sizeof tiles, "%dx%d w%d s%d", e->q_tile, e->kv_tile, e->warps,
+             e->stages);
+    cli_format_date(e->last_used, date, sizeof date);
+    printf("%-12.12s %4d %-6s %-5s %-9s %-15s %-9s %-6s %9.1f %10.1f %6lld  %-16s%s\n",
+           e->key_hash, e->arch, cli_escape(e->family ? e->family : "?", family, sizeof family),
+           cli_escape(e->dtype ? e->dtype : "?", dtype, sizeof dtype), dims, tiles,
+           cli_escape(e->mask ? e->mask : "?", mask, sizeof mask),
+           cli_escape(e->layout ? e->layout : "?", layout, sizeof layout),
+           (double)e->cubin_bytes / 1024.0, e->compile_ms, (long long)e->hits, date,
+           e->readonly ? "  ro" : "");
+  }
+  st->rows++;
+  return ferror(stdout) ? 1 : 0; /* stop: the output is gone */
+}
 
 int cli_ls(cli_args *args) {
   int json = 0;
   int rc = cli_parse_simple(args, json_options, ls_help, &json, NULL, 0);
   if (rc >= 0) return rc;
   sdpa_runtime *runtime = NULL;
-  sdpa_cache_entry *entries = NULL;
-  size_t count = 0;
-  if ((rc = cli_runtime_open(args, &runtime)) != CLI_EXIT_OK) goto done;
-  sdpa_status status = sdpa_cache_list(runtime, &entries, &count);
+  ls_state st = {json, 0};
+  if ((rc = cli_runtime_open(args, CLI_CACHE_INSPECT, &runtime)) != CLI_EXIT_OK) goto done;
+  if (cli_no_user_cache(args, runtime)) {
+    if (json) fputs("[]\n", stdout);
+    rc = CLI_EXIT_OK;
+    goto done;
+  }
+  sdpa_status status = sdpa_cache_foreach(runtime, ls_row, &st);
   if (status != SDPA_STATUS_SUCCESS) {
     rc = cli_fail(args, status, "cannot list the cache");
     goto done;
   }
-  if (json) {
-    fputc('[', stdout);
-    for (size_t i = 0; i < count; i++) {
-      if (i) fputs(",\n ", stdout);
-      entry_json(&entries[i], NULL);
-    }
-    fputs("]\n", stdout);
-  } else if (count == 0) {
+  if (json)
+    fputs(st.rows ? "]\n" : "[]\n", stdout);
+  else if (st.rows == 0)
     printf("no entries in %s\n", cli_cache_location(runtime));
-  } else {
-    printf("%-12s %4s %-5s %-9s %-15s %-9s %-6s %9s %10s %6s  %-16s\n",
-           "HASH", "ARCH", "DTYPE", "HD/HDV", "TILES", "MASK", "LAYOUT",
-           "KIB", "COMPILE_MS", "HITS", "LAST_USED");
-    for (size_t i = 0; i < count; i++) {
-      const sdpa_cache_entry *e = &entries[i];
-      char dims[24], tiles[48], date[32];
-      snprintf(dims, sizeof dims, "%d/%d", e->head_dim, e->head_dim_v);
-      snprintf(tiles, sizeof tiles, "%dx%d w%d s%d", e->q_tile, e->kv_tile,
-               e->warps, e->stages);
-      cli_format_date(e->last_used, date, sizeof date);
-      printf("%-12.12s %4d %-5s %-9s %-15s %-9s %-6s %9.1f %10.1f %6lld  "
-             "%-16s%s\n",
-             e->key_hash, e->arch, e->dtype ? e->dtype : "?", dims, tiles,
-             e->mask ? e->mask : "?", e->layout ? e->layout : "?",
-             (double)e->cubin_bytes / 1024.0, e->compile_ms,
-             (long long)e->hits, date, e->readonly ? "  ro" : "");
-    }
-  }
   rc = CLI_EXIT_OK;
 done:
-  sdpa_cache_entries_free(entries, count);
   sdpa_runtime_destroy(runtime);
   return rc;
 }
@@ -118,6 +171,13 @@ static const char show_help[] =
     "\n"
     "Global options: --cache PATH, --readonly PATH, --no-disk.\n";
 
+static void print_key_field(const char *name, const char *value, void *user) {
+  char safe_name[512], safe_value[512];
+  (void)user;
+  printf("  %-12s %s\n", cli_escape(name, safe_name, sizeof safe_name),
+         cli_escape(value, safe_value, sizeof safe_value));
+}
+
 int cli_show(cli_args *args) {
   int json = 0;
   const char *key = NULL;
@@ -125,11 +185,13 @@ int cli_show(cli_args *args) {
   if (rc >= 0) return rc;
   sdpa_runtime *runtime = NULL;
   sdpa_cache_entry *e = NULL;
-  if ((rc = cli_runtime_open(args, &runtime)) != CLI_EXIT_OK) goto done;
+  if ((rc = cli_runtime_open(args, CLI_CACHE_INSPECT, &runtime)) != CLI_EXIT_OK) goto done;
   sdpa_status status = sdpa_cache_get(runtime, key, &e);
   if (status != SDPA_STATUS_SUCCESS) {
+    char safe[600];
     e = NULL;
-    rc = cli_fail(args, status, key);
+    cli_no_user_cache(args, runtime);
+    rc = cli_fail(args, status, cli_escape(key, safe, sizeof safe));
     goto done;
   }
   const char *cache = cli_cache_location(runtime);
@@ -137,30 +199,21 @@ int cli_show(cli_args *args) {
     entry_json(e, cache);
     fputc('\n', stdout);
   } else {
-    char size[32], created[32], last_used[32];
+    char size[32], created[32], last_used[32], text[2048], version[128];
     cli_format_bytes(e->cubin_bytes, size, sizeof size);
     cli_format_date(e->created, created, sizeof created);
     cli_format_date(e->last_used, last_used, sizeof last_used);
     printf("hash:          %s\n", e->key_hash);
-    printf("key:           %s\n", e->key_text ? e->key_text : "");
-    printf("arch:          %d\n", e->arch);
-    printf("dtype:         %s\n", e->dtype ? e->dtype : "");
-    printf("head_dim:      %d\n", e->head_dim);
-    printf("head_dim_v:    %d\n", e->head_dim_v);
-    printf("q_tile:        %d\n", e->q_tile);
-    printf("kv_tile:       %d\n", e->kv_tile);
-    printf("warps:         %d\n", e->warps);
-    printf("stages:        %d\n", e->stages);
-    printf("mask:          %s\n", e->mask ? e->mask : "");
-    printf("layout:        %s\n", e->layout ? e->layout : "");
-    printf("nvrtc_version: %s\n", e->nvrtc_version ? e->nvrtc_version : "");
+    printf("key:           %s\n", cli_escape(e->key_text, text, sizeof text));
+    printf("fields:\n");
+    each_key_field(e->key_text, print_key_field, NULL);
+    printf("nvrtc_version: %s\n", cli_escape(e->nvrtc_version, version, sizeof version));
     printf("cubin_bytes:   %lld (%s)\n", (long long)e->cubin_bytes, size);
     printf("compile_ms:    %.1f\n", e->compile_ms);
     printf("created:       %s\n", created);
     printf("last_used:     %s\n", last_used);
     printf("hits:          %lld\n", (long long)e->hits);
-    printf("readonly:      %s\n",
-           e->readonly ? "yes (a shipped database)" : "no");
+    printf("readonly:      %s\n", e->readonly ? "yes (a shipped database)" : "no");
     printf("cache:         %s\n", cache);
   }
   rc = CLI_EXIT_OK;
@@ -188,7 +241,8 @@ int cli_stats(cli_args *args) {
   sdpa_runtime *runtime = NULL;
   sdpa_cache_stats s;
   memset(&s, 0, sizeof s);
-  if ((rc = cli_runtime_open(args, &runtime)) != CLI_EXIT_OK) goto done;
+  if ((rc = cli_runtime_open(args, CLI_CACHE_INSPECT, &runtime)) != CLI_EXIT_OK) goto done;
+  cli_no_user_cache(args, runtime);
   sdpa_status status = sdpa_cache_stats_get(runtime, &s);
   if (status != SDPA_STATUS_SUCCESS) {
     rc = cli_fail(args, status, "cannot read the cache's totals");
@@ -228,11 +282,11 @@ done:
 static const char path_help[] =
     "usage: " CLI_PROGRAM " path\n"
     "\n"
-    "Print the path of the user's cache database, or \"(memory)\" when the\n"
-    "runtime keeps kernels in memory only (--no-disk, or the location\n"
-    "cannot be written). Without --cache the path comes from\n"
+    "Print the path of the user's cache database (its directory resolved),\n"
+    "or \"(memory)\" with --no-disk. Without --cache the path comes from\n"
     "$SDPA_JIT_CACHE, else $XDG_CACHE_HOME/sdpa-jit/kernels.sqlite, else\n"
-    "~/.cache/sdpa-jit/kernels.sqlite.\n"
+    "~/.cache/sdpa-jit/kernels.sqlite; when no cache is there yet, that\n"
+    "path is printed and a note says so on stderr. Creates nothing.\n"
     "\n"
     "Global options: --cache PATH, --readonly PATH, --no-disk.\n";
 
@@ -241,8 +295,13 @@ int cli_path(cli_args *args) {
   int rc = cli_parse_simple(args, no_options, path_help, &json, NULL, 0);
   if (rc >= 0) return rc;
   sdpa_runtime *runtime = NULL;
-  if ((rc = cli_runtime_open(args, &runtime)) != CLI_EXIT_OK) return rc;
-  printf("%s\n", cli_cache_location(runtime));
+  if ((rc = cli_runtime_open(args, CLI_CACHE_INSPECT, &runtime)) != CLI_EXIT_OK) return rc;
+  if (cli_no_user_cache(args, runtime)) {
+    char where[4096];
+    printf("%s\n", sdpa_cache_default_location(where, sizeof where));
+  } else {
+    printf("%s\n", cli_cache_location(runtime));
+  }
   sdpa_runtime_destroy(runtime);
   return CLI_EXIT_OK;
 }

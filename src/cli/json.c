@@ -2,13 +2,17 @@
  * json.c — JSON string escaping and field writers for `--json` output.
  *
  * Key texts, paths and library messages may hold quotes, backslashes or
- * control characters (a compile log line, a path with a tab); everything
- * below U+0020 is escaped so each object stays on one line and any JSON
- * reader accepts it. Bytes >= 0x80 pass through: the text is UTF-8.
+ * control characters (a compile log line, a path with a tab, a hostile
+ * cache file); every control character (C0, DEL, C1) is escaped so each
+ * object stays on one line and any JSON reader accepts it, and a byte that
+ * is not part of valid UTF-8 is written as the code point of its value
+ * (\u00NN), so the output is always valid JSON.
  */
 #include "json.h"
 
 #include <math.h>
+
+#include "cli.h"
 
 void cli_json_string(FILE *out, const char *text) {
   if (!text) {
@@ -16,7 +20,18 @@ void cli_json_string(FILE *out, const char *text) {
     return;
   }
   fputc('"', out);
-  for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+  for (const unsigned char *p = (const unsigned char *)text; *p;) {
+    const size_t n = cli_utf8_length(p);
+    if (n > 1 && !(n == 2 && p[0] == 0xc2 && p[1] < 0xa0)) {
+      fwrite(p, 1, n, out);
+      p += n;
+      continue;
+    }
+    if (n == 2) { /* a C1 control: its code point */
+      fprintf(out, "\\u%04x", p[1]);
+      p += 2;
+      continue;
+    }
     switch (*p) {
     case '"': fputs("\\\"", out); break;
     case '\\': fputs("\\\\", out); break;
@@ -26,11 +41,12 @@ void cli_json_string(FILE *out, const char *text) {
     case '\r': fputs("\\r", out); break;
     case '\t': fputs("\\t", out); break;
     default:
-      if (*p < 0x20)
+      if (*p < 0x20 || *p >= 0x7f) /* also a byte that is not UTF-8 */
         fprintf(out, "\\u%04x", *p);
       else
         fputc(*p, out);
     }
+    p++;
   }
   fputc('"', out);
 }

@@ -50,7 +50,8 @@ static void print_help(FILE *out) {
           "  -h, --help        this help; COMMAND --help for a command's\n"
           "  --version         print the version\n"
           "\n"
-          "Exit status: 0 success, 1 failure, 2 usage error.\n");
+          "Exit status: 0 success, 1 failure (including output that could not\n"
+          "be written, and a preheat that stored nothing), 2 usage error.\n");
 }
 
 int main(int argc, char **argv) {
@@ -63,12 +64,12 @@ int main(int argc, char **argv) {
     if (id == CLI_ARG_POSITIONAL) break;
     if (id == CLI_ARG_HELP) {
       print_help(stdout);
-      rc = CLI_EXIT_OK;
+      rc = cli_finish_output(&args, CLI_EXIT_OK);
       goto done;
     }
     if (id == CLI_ARG_VERSION) {
       printf("%s %s\n", CLI_PROGRAM, sdpa_version());
-      rc = CLI_EXIT_OK;
+      rc = cli_finish_output(&args, CLI_EXIT_OK);
       goto done;
     }
     if (id == CLI_ARG_ERROR) goto done;
@@ -80,7 +81,7 @@ int main(int argc, char **argv) {
   for (const command *c = commands; c->name; c++) {
     if (strcmp(c->name, name) == 0) {
       args.command = c->name;
-      rc = c->run(&args);
+      rc = cli_finish_output(&args, c->run(&args));
       goto done;
     }
   }

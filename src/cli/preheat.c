@@ -6,8 +6,12 @@
  * lists into grid points, creates one plan per point, keeps one plan per
  * distinct key hash (different points can share a key), compiles the
  * distinct keys on -j threads (workers.c) and ends with one summary line
- * on stdout: "compiled N, cached M, failed F" (", skipped S" when a point
- * is NOT_SUPPORTED on its arch; those are not failures).
+ * on stdout: "compiled N, cached M, failed F" (", not stored T" when a
+ * compiled kernel could not be written to the cache, ", skipped S" when a
+ * point is NOT_SUPPORTED on its arch). Its exit status is the truth: 0
+ * only when every key is in the cache afterwards and at least one was
+ * planned; values the library rejects (a head dim it has no kernel for)
+ * are usage errors found before any compile.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,7 +19,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "env_pin.h"
 #include "grid.h"
 #include "json.h"
 #include "preheat.h"
@@ -92,9 +95,11 @@ static void print_help(void) {
       "Global options: --cache PATH, --readonly PATH, --no-disk.\n"
       "\n"
       "Progress goes to stderr, one line per key. The last line on stdout\n"
-      "is \"compiled N, cached M, failed F\" (\", skipped S\" when a grid\n"
-      "point is not supported on its arch). Exit status 1 when a key\n"
-      "failed.\n",
+      "is \"compiled N, cached M, failed F\" (\", not stored T\" when a\n"
+      "kernel could not be written to the cache, \", skipped S\" when a grid\n"
+      "point is not supported on its arch). Exit status 1 when a key failed\n"
+      "or was not stored, or when nothing was planned (every point skipped);\n"
+      "2 for a value the library rejects (checked before compiling).\n",
       CLI_PROGRAM, cli_dtype_names, cli_mask_names, cli_layout_names,
       cli_lse_names, cli_dq_names, cli_tiles_names);
 }
@@ -242,16 +247,42 @@ typedef struct preheat {
   key_set keys;
 } preheat;
 
-/* Plans one grid point. Who writes dQ is the point's, not the
- * environment's: SDPA_JIT_DQ_CONVERT is pinned to it for the call. */
+/* Plans one grid point: who writes dQ is the point's (a plan option). */
 static sdpa_status plan_point(sdpa_runtime *runtime, const cli_grid_point *point,
                               const sdpa_bwd_desc *desc, sdpa_bwd_plan **plan) {
-  sdpa_env_pin pin;
-  if (sdpa_env_pin_set(&pin, "SDPA_JIT_DQ_CONVERT", point->dq_main ? "main" : "convert"))
-    return SDPA_STATUS_OUT_OF_MEMORY;
-  sdpa_status status = sdpa_bwd_plan_create(plan, runtime, desc);
-  sdpa_env_pin_restore(&pin);
-  return status;
+  sdpa_bwd_plan_options choices = SDPA_BWD_PLAN_OPTIONS_INIT;
+  choices.dq_writer = point->dq_main ? SDPA_DQ_MAIN : SDPA_DQ_CONVERT;
+  return sdpa_bwd_plan_create_with(plan, runtime, desc, &choices);
+}
+
+/* Checks the head dims of the grid before any work, against the library's
+ * own validation (a plan on a memory-only runtime): a value it rejects is
+ * a usage error. Returns -1 to go on, else the exit code. */
+static int check_head_dims(cli_args *args, const cli_grid *grid) {
+  sdpa_runtime_options memory = SDPA_RUNTIME_OPTIONS_INIT;
+  sdpa_runtime *probe = NULL;
+  int rc = -1;
+  memory.disable_disk_cache = 1;
+  memory.arch = 90;
+  if (sdpa_runtime_create(&probe, &memory) != SDPA_STATUS_SUCCESS)
+    return cli_fail(args, SDPA_STATUS_INTERNAL, "cannot check the options");
+  for (size_t i = 0; i < grid->head_dim.count && rc < 0; i++) {
+    sdpa_bwd_desc d = SDPA_BWD_DESC_INIT;
+    sdpa_bwd_plan *plan = NULL;
+    d.dtype = SDPA_DTYPE_BF16;
+    d.layout = SDPA_LAYOUT_BSHD;
+    d.batch = d.heads_q = d.heads_kv = 1;
+    d.seqlen_q = d.seqlen_kv = 128;
+    d.head_dim = grid->head_dim.values[i];
+    d.head_dim_v = grid->head_dim_v;
+    sdpa_status st = sdpa_bwd_plan_create(&plan, probe, &d);
+    sdpa_bwd_plan_destroy(plan);
+    if (st == SDPA_STATUS_INVALID_ARGUMENT)
+      rc = cli_usage_error(args, "--head-dim %d%s: %s", d.head_dim,
+                           grid->head_dim_v ? " with --head-dim-v" : "", sdpa_last_error());
+  }
+  sdpa_runtime_destroy(probe);
+  return rc;
 }
 
 /* Creates a plan per grid point and keeps one job per distinct key;
@@ -307,7 +338,7 @@ static int build_jobs(preheat *run, sdpa_runtime *runtime,
  * Returns the exit code: 1 when anything failed. */
 static int print_summary(const preheat *run, const sdpa_runtime *runtime,
                          int json) {
-  size_t compiled = 0, cached = 0, failed = run->plan_failed;
+  size_t compiled = 0, cached = 0, failed = run->plan_failed, unstored = 0;
   double total_ms = 0.0;
   for (size_t j = 0; j < run->job_count; j++) {
     const char *outcome = cli_job_outcome(&run->jobs[j]);
@@ -315,6 +346,8 @@ static int print_summary(const preheat *run, const sdpa_runtime *runtime,
       compiled++;
     else if (strcmp(outcome, "cached") == 0)
       cached++;
+    else if (strcmp(outcome, "not stored") == 0)
+      unstored++;
     else
       failed++;
     total_ms += run->jobs[j].ms;
@@ -327,6 +360,7 @@ static int print_summary(const preheat *run, const sdpa_runtime *runtime,
     cli_json_int(&o, "compiled", (int64_t)compiled);
     cli_json_int(&o, "cached", (int64_t)cached);
     cli_json_int(&o, "failed", (int64_t)failed);
+    cli_json_int(&o, "not_stored", (int64_t)unstored);
     cli_json_int(&o, "skipped", (int64_t)run->skipped);
     cli_json_int(&o, "keys", (int64_t)run->job_count);
     cli_json_num(&o, "compile_ms", total_ms);
@@ -335,11 +369,20 @@ static int print_summary(const preheat *run, const sdpa_runtime *runtime,
     fputc('\n', stdout);
   } else {
     printf("compiled %zu, cached %zu, failed %zu", compiled, cached, failed);
+    if (unstored) printf(", not stored %zu", unstored);
     if (run->skipped) printf(", skipped %zu", run->skipped);
     putchar('\n');
   }
-  fflush(stdout);
-  return failed ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+  if (unstored)
+    fprintf(stderr,
+            "%s preheat: %zu kernel%s compiled but not stored in %s (see the warning "
+            "above): nothing to ship for %s\n",
+            CLI_PROGRAM, unstored, unstored == 1 ? " was" : "s were",
+            cli_cache_location(runtime), unstored == 1 ? "it" : "them");
+  if (run->job_count == 0)
+    fprintf(stderr, "%s preheat: nothing was preheated: every grid point was %s\n",
+            CLI_PROGRAM, run->skipped ? "skipped (not supported on its arch)" : "rejected");
+  return failed || unstored || run->job_count == 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
 }
 
 int cli_preheat(cli_args *args) {
@@ -349,6 +392,10 @@ int cli_preheat(cli_args *args) {
   req.threads = cpus > 0 ? (int)cpus : 1;
   int rc = parse(args, &req);
   if (rc >= 0) return rc;
+  if (args->globals->no_disk)
+    return cli_usage_error(args, "--no-disk leaves preheat nothing to store; give the "
+                                 "cache to fill with --cache (or $SDPA_JIT_CACHE)");
+  if ((rc = check_head_dims(args, &req.grid)) >= 0) return rc;
   /* Arch 0 stands for "the local one" until a runtime can say. */
   cli_grid_fill_defaults(&req.grid, 0, req.grid_options == 0);
   size_t points = cli_grid_size(&req.grid);
@@ -359,9 +406,13 @@ int cli_preheat(cli_args *args) {
   sdpa_runtime *runtime = NULL;
   preheat run;
   memset(&run, 0, sizeof run);
-  if ((rc = cli_runtime_open(args, &runtime)) != CLI_EXIT_OK) goto done;
+  if ((rc = cli_runtime_open(args, CLI_CACHE_FILL, &runtime)) != CLI_EXIT_OK) goto done;
   if (req.grid.arch.values[0] == 0) {
     int arch = sdpa_runtime_arch(runtime);
+    if (arch <= 0)
+      fprintf(stderr, "%s preheat: no GPU here: preheating for sm_%d (give --arch to "
+                      "choose)\n",
+              CLI_PROGRAM, FALLBACK_ARCH);
     req.grid.arch.values[0] = arch > 0 ? arch : FALLBACK_ARCH;
   }
   if (build_jobs(&run, runtime, &req.grid) != 0) {

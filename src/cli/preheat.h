@@ -20,6 +20,7 @@ typedef struct cli_job {
   sdpa_status status;  /* of sdpa_bwd_compile                           */
   sdpa_source source;  /* where the kernel came from                    */
   double ms;           /* wall time of sdpa_bwd_compile                 */
+  int stored;          /* its cubin is in a database afterwards         */
   char *error;         /* malloc'd sdpa_last_error() text on failure    */
 } cli_job;
 
@@ -29,7 +30,8 @@ typedef struct cli_job {
 void cli_jobs_run(cli_job *jobs, size_t count, int threads);
 
 /* "compiled" for SDPA_SOURCE_COMPILED, else "cached"; "failed" when
- * `status` is not SUCCESS. */
+ * `status` is not SUCCESS; "not stored" when it succeeded but the cubin
+ * reached no database (the cache could not be written). */
 const char *cli_job_outcome(const cli_job *job);
 
 /* "memory", "shipped", "disk", "compiled" or "none". */

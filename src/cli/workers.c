@@ -40,6 +40,7 @@ const char *cli_source_name(sdpa_source source) {
 
 const char *cli_job_outcome(const cli_job *job) {
   if (job->status != SDPA_STATUS_SUCCESS) return "failed";
+  if (!job->stored) return "not stored";
   return job->source == SDPA_SOURCE_COMPILED ? "compiled" : "cached";
 }
 
@@ -90,7 +91,10 @@ static void compile_job(cli_job *job) {
   job->ms = now_ms() - start;
   if (job->status != SDPA_STATUS_SUCCESS) {
     job->error = strdup(cli_error_text(job->status));
+    return;
   }
+  sdpa_bwd_plan_info info = SDPA_BWD_PLAN_INFO_INIT;
+  job->stored = sdpa_bwd_plan_query(job->plan, &info) == SDPA_STATUS_SUCCESS && info.stored;
 }
 
 static void *worker(void *argument) {

@@ -149,7 +149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sdpa_source source = SDPA_SOURCE_NONE;
     seed_key(n, hash, text, sizeof text);
     sdpa_status st =
-        sdpa_cache_lookup(cache, hash, text, &cubin, &cubin_size, &source);
+        sdpa_cache_lookup(cache, hash, text, NULL, NULL, &cubin, &cubin_size, &source);
     REQUIRE(st == SDPA_STATUS_SUCCESS || st == SDPA_STATUS_NOT_FOUND);
     if (st == SDPA_STATUS_SUCCESS) {
       REQUIRE(cubin != NULL && cubin_size > 0);
@@ -199,7 +199,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sdpa_cache_stats stats;
   REQUIRE(inspect_status_ok(sdpa_cache_get_stats(cache, &stats)));
   int64_t checked = 0, removed = 0;
-  REQUIRE(inspect_status_ok(sdpa_cache_verify_all(cache, &checked, &removed)));
+  REQUIRE(inspect_status_ok(sdpa_cache_verify_all(cache, NULL, NULL, &checked, &removed)));
   REQUIRE(removed >= 0 && removed <= checked);
 
   /* A store never fails because of the file; a stored row reads back
@@ -216,11 +216,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   meta.mask = "none";
   meta.layout = "bshd";
   meta.nvrtc_version = "13.0";
-  REQUIRE(sdpa_cache_store(cache, &meta, cubin, sizeof cubin) ==
+  REQUIRE(sdpa_cache_store(cache, &meta, cubin, sizeof cubin, NULL) ==
           SDPA_STATUS_SUCCESS);
   void *back = NULL;
   size_t back_size = 0;
-  st = sdpa_cache_lookup(cache, hash, text, &back, &back_size, NULL);
+  st = sdpa_cache_lookup(cache, hash, text, NULL, NULL, &back, &back_size, NULL);
   REQUIRE(st == SDPA_STATUS_SUCCESS || st == SDPA_STATUS_NOT_FOUND);
   if (st == SDPA_STATUS_SUCCESS && !memmem(data, size, text, strlen(text)))
     REQUIRE(back_size == sizeof cubin && memcmp(back, cubin, back_size) == 0);

@@ -75,7 +75,7 @@ static int make_cache(const char *path, int rows) {
     meta.layout = "bshd";
     meta.nvrtc_version = "13.0";
     meta.compile_ms = 1.5;
-    sdpa_cache_store(cache, &meta, cubin, sizeof cubin);
+    sdpa_cache_store(cache, &meta, cubin, sizeof cubin, NULL);
   }
   sdpa_cache_close(cache);
   return exec(path, "PRAGMA wal_checkpoint(TRUNCATE);");

@@ -1,6 +1,7 @@
 /*
- * cubin_elf.h — reading a cubin's ELF symbol table, and ptxas's report on
- * it, without a GPU.
+ * cubin_elf.h — what the tests read of a cubin without a GPU: its ELF
+ * symbol table and arch (through the library's reader), and ptxas's
+ * report on it.
  *
  * A cubin is an ELF64 little-endian image (e_machine EM_CUDA). Tests use
  * these to check that NVRTC produced the kernels the runtime will look up
@@ -13,14 +14,9 @@
 
 #include <stddef.h>
 
-/* Returns 1 when `image` (size bytes) is an ELF64 cubin whose symbol table
- * has a function symbol named `name`, 0 when it has none, -1 when the image
- * is not a well-formed ELF64 cubin. */
-int sdpa_cubin_has_function(const void *image, size_t size, const char *name);
-
-/* The SM arch the cubin was compiled for (e.g. 90), from e_flags, or -1 when
- * the image is not a well-formed ELF64 cubin. */
-int sdpa_cubin_arch(const void *image, size_t size);
+/* The ELF reader itself is the library's (src/cubin.h): the tests read
+ * cubins with the same bounds-checked code that guards the driver. */
+#include "cubin.h"
 
 /* Reads ptxas's "Function properties for <function>" report in a compile
  * log: copies the report's line (at most 200 characters) to `line`

@@ -387,10 +387,18 @@ sdpa_status sdpa_gpu_run_problem(const sdpa_gpu *gpu, sdpa_runtime *runtime,
                                  const sdpa_ref_layout *l,
                                  const sdpa_bwd_desc *desc,
                                  sdpa_gpu_outcome *out) {
+  return sdpa_gpu_run_problem_with(gpu, runtime, p, l, desc, NULL, out);
+}
+
+sdpa_status sdpa_gpu_run_problem_with(const sdpa_gpu *gpu, sdpa_runtime *runtime,
+                                      const sdpa_ref_problem *p, const sdpa_ref_layout *l,
+                                      const sdpa_bwd_desc *desc,
+                                      const sdpa_bwd_plan_options *options,
+                                      sdpa_gpu_outcome *out) {
   sdpa_bwd_plan *plan = NULL;
   memset(out, 0, sizeof *out);
   out->stage = "";
-  sdpa_status status = sdpa_bwd_plan_create(&plan, runtime, desc);
+  sdpa_status status = sdpa_bwd_plan_create_with(&plan, runtime, desc, options);
   if (status != SDPA_STATUS_SUCCESS) {
     fail(out, status, "plan");
     goto done;

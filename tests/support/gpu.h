@@ -123,8 +123,14 @@ sdpa_status sdpa_gpu_execute_problem_on(const sdpa_gpu *gpu, sdpa_bwd_plan *plan
                                         const sdpa_ref_layout *l, CUstream stream,
                                         int capture, sdpa_gpu_outcome *out);
 
-/* The whole public chain for one problem: sdpa_bwd_plan_create ->
- * sdpa_bwd_compile -> sdpa_gpu_execute_problem -> sdpa_bwd_plan_destroy. */
+/* The whole public chain for one problem: sdpa_bwd_plan_create_with
+ * (`options` may be NULL) -> sdpa_bwd_compile -> sdpa_gpu_execute_problem
+ * -> sdpa_bwd_plan_destroy. */
+sdpa_status sdpa_gpu_run_problem_with(const sdpa_gpu *gpu, sdpa_runtime *runtime,
+                                      const sdpa_ref_problem *p, const sdpa_ref_layout *l,
+                                      const sdpa_bwd_desc *desc,
+                                      const sdpa_bwd_plan_options *options,
+                                      sdpa_gpu_outcome *out);
 sdpa_status sdpa_gpu_run_problem(const sdpa_gpu *gpu, sdpa_runtime *runtime,
                                  const sdpa_ref_problem *p,
                                  const sdpa_ref_layout *l,

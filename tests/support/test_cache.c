@@ -78,3 +78,32 @@ sdpa_runtime *sdpa_test_memory_runtime(int arch) {
                 "runtime_create: %s", sdpa_last_error());
   return runtime;
 }
+
+const sdpa_key_fields sdpa_test_key_fields = {
+    .arch = 90,
+    .family = SDPA_FAMILY_MMA,
+    .dtype = SDPA_DTYPE_BF16,
+    .head_dim = 128,
+    .head_dim_v = 64,
+    .q_tile = 64,
+    .kv_tile = 128,
+    .warps = 8,
+    .stages = 2,
+    .lse_packed = 0,
+    .layout = SDPA_LAYOUT_THD,
+    .mask = SDPA_MASK_CAUSAL_BOTTOM_RIGHT,
+    .deterministic = 1,
+    .even = 0,
+    .fold_dq = 1,
+};
+
+sdpa_cache_meta sdpa_test_meta(const char *hash, const char *text) {
+  sdpa_cache_meta meta = {0};
+  meta.key_hash = hash;
+  meta.key_text = text;
+  meta.fields = &sdpa_test_key_fields;
+  meta.nvrtc_version = "13.0";
+  meta.compile_ms = 1234.5;
+  meta.compile_log = "no warnings";
+  return meta;
+}

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <sys/types.h>
 
+#include "cache.h"
 #include "sdpa_jit.h"
 
 enum { SDPA_TEST_LOG_KEPT = 4 }; /* warning texts kept, from the first */
@@ -50,6 +51,15 @@ void sdpa_test_expect_warning(const sdpa_test_log *log, int i,
  * (the test fails when it could not take it). The caller kills and reaps
  * the process. */
 pid_t sdpa_test_start_lock_holder(const char *cache_path, const char *key_hash);
+
+/* The key fields the cache suites store their rows with: sm_90 mma.sync,
+ * bf16, head dims 128/64, tiles 64 x 128 w8 s2, strided LSE, THD,
+ * causal bottom-right, deterministic, dQ by the main kernel (fields whose
+ * names are not the defaults, so a column that is not written shows). */
+extern const sdpa_key_fields sdpa_test_key_fields;
+
+/* A row's metadata with those fields, NVRTC "13.0", 1234.5 ms, a log. */
+sdpa_cache_meta sdpa_test_meta(const char *hash, const char *text);
 
 /* A runtime for `arch` with the disk cache disabled (plans, and compiles
  * kept in memory); fails the running test when it cannot be made. */
