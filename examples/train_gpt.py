@@ -9,11 +9,15 @@ held out. The model: token and position embeddings, N pre-norm blocks
 then a 4x GELU MLP), tied output embedding. bf16 autocast, AdamW, warmup
 then cosine decay, gradient clipping.
 
-One GPU: trains twice from the same seed (same initial weights, same
-batches), once per attention, and prints each run's median step time and
-tokens/s, the final losses (mean of the last 20 steps) and whether they
-agree within --tolerance (1%); writes both loss curves to a PNG and the
-numbers to a JSON file.
+One GPU: trains once per --attention variant from the same seed (same
+initial weights, same batches): torch (F.scaled_dot_product_attention,
+PyTorch's default kernels) and sdpa_jit (sdpa_jit.torch.attention;
+sdpa_jit:cudnn takes PyTorch's cuDNN forward instead of FlashAttention's),
+and prints each run's median step time and tokens/s, the final losses
+(mean of the last 20 steps) and whether each sdpa_jit run agrees with
+torch's within --tolerance (1%); writes the loss curves to a PNG and the
+numbers to a JSON file. --profile first times the attention alone at the
+model's shape for each variant (and names PyTorch's default backend).
 
 Several processes (torchrun --nproc_per_node N): DistributedDataParallel,
 NCCL when every rank has its own GPU, else gloo (ranks sharing a GPU);
@@ -65,7 +69,7 @@ class Attention(nn.Module):
         self.heads, self.kind = heads, kind
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
-        if kind == "sdpa_jit":
+        if kind != "torch":
             from sdpa_jit.torch import attention
             self.sdpa_jit_attention = attention
 
@@ -127,7 +131,15 @@ def batches(data, batch, context, seed, device):
         yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
 
+def use_forward(kind):
+    """sdpa_jit:<forward> picks PyTorch's forward kernel for sdpa_jit."""
+    if kind.startswith("sdpa_jit"):
+        import sdpa_jit.torch as st
+        st.forward_backend = kind.split(":", 1)[1] if ":" in kind else "auto"
+
+
 def train(kind, args, data, device, rank=0, world=1, ddp=False):
+    use_forward(kind)
     torch.manual_seed(args.seed)
     model = GPT(256, args.context, args.layers, args.d_model, args.heads, kind).to(device)
     if ddp:
@@ -178,6 +190,75 @@ def train(kind, args, data, device, rank=0, world=1, ddp=False):
             "held_out_loss": held_loss, "step_ms": step_ms,
             "tokens_per_s": args.batch * args.context / (step_ms / 1e3),
             "wall_s": wall, "first_step_ms": times[0]}
+
+
+def profile_attention(args, device, runs=20):
+    """The attention alone at the model's shape ([B, H, S, D] views of a
+    packed qkv projection, causal): PyTorch's default backend, and the
+    event-timed forward and forward+backward of each variant (median of
+    `runs`). Returns rows (name, fwd ms, fwd+bwd ms)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import sdpa_jit.torch as st
+    b, h, s, d = args.batch, args.heads, args.context, args.d_model // args.heads
+    qkv = torch.randn(b, s, 3, h, d, dtype=torch.bfloat16, device=device, requires_grad=True)
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    dout = torch.randn(b, h, s, d, dtype=torch.bfloat16, device=device).transpose(1, 2).contiguous().transpose(1, 2)
+    try:
+        default = SDPBackend(torch._fused_sdp_choice(q, k, v, is_causal=True)).name
+    except Exception as e:  # private API
+        default = f"unknown ({e})"
+
+    def sdpa(backend):
+        def f():
+            if backend is None:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return f
+
+    def ours(forward):
+        def f():
+            st.forward_backend = forward
+            return st.attention(q, k, v, causal="top_left")
+        return f
+
+    variants = [("torch default", sdpa(None)), ("torch flash", sdpa(SDPBackend.FLASH_ATTENTION)),
+                ("torch cudnn", sdpa(SDPBackend.CUDNN_ATTENTION)), ("sdpa_jit fwd=flash", ours("flash")),
+                ("sdpa_jit fwd=cudnn", ours("cudnn"))]
+
+    def time_ms(fn):
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize(device)
+        start = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+        end = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+        for i in range(runs):
+            start[i].record()
+            fn()
+            end[i].record()
+        torch.cuda.synchronize(device)
+        return statistics.median(a.elapsed_time(e) for a, e in zip(start, end))
+
+    rows = []
+    for name, f in variants:
+        try:
+            with torch.no_grad():
+                fwd = time_ms(f)
+
+            def step(f=f):
+                qkv.grad = None
+                f().backward(dout)
+            rows.append((name, fwd, time_ms(step)))
+        except RuntimeError as e:
+            rows.append((name, float("nan"), float("nan")))
+            print(f"  {name}: {str(e).splitlines()[0][:100]}")
+    st.forward_backend = "auto"
+    print(f"attention alone: B {b}, H {h}, S {s}, D {d}, causal, bf16, qkv-packed views; PyTorch's default "
+          f"backend: {default}")
+    print(f"  {'variant':<20} {'fwd ms':>8} {'fwd+bwd ms':>11} {'bwd ms':>8}")
+    for name, fwd, total in rows:
+        print(f"  {name:<20} {fwd:8.3f} {total:11.3f} {total - fwd:8.3f}")
+    return {"default_backend": default, "rows": rows}
 
 
 def plot(results, path, title):
@@ -235,8 +316,12 @@ def main():
     ap.add_argument("--heads", type=int, default=6)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--attention", choices=["both", "torch", "sdpa_jit"], default=None,
-                    help="default: both on one process, sdpa_jit under torchrun")
+    ap.add_argument("--attention", default=None,
+                    help="comma list of torch, sdpa_jit, sdpa_jit:<forward> (forward: auto, flash, cudnn, "
+                         "efficient: PyTorch's forward kernel under sdpa_jit); default: torch,sdpa_jit on one "
+                         "process, sdpa_jit under torchrun")
+    ap.add_argument("--profile", action="store_true",
+                    help="first time the attention alone at the model's shape, for each variant")
     ap.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--tolerance", type=float, default=0.01, help="final losses agree within this fraction")
@@ -266,12 +351,13 @@ def main():
             why = "each rank has its own GPU" if gpus >= world else f"{world} ranks share {gpus} GPU(s)"
             print(f"DistributedDataParallel: {world} ranks, backend {backend} ({why}); "
                   f"SDPA_JIT_CACHE={os.environ.get('SDPA_JIT_CACHE', '(default)')}", flush=True)
-        kinds = [args.attention or "sdpa_jit"]
-        if kinds == ["both"]:
-            kinds = ["torch", "sdpa_jit"]
+        kinds = (args.attention or "sdpa_jit").split(",")
     else:
         rank, world, device = 0, 1, torch.device("cuda", 0)
-        kinds = ["torch", "sdpa_jit"] if args.attention in (None, "both") else [args.attention]
+        kinds = (args.attention or "torch,sdpa_jit").split(",")
+    for kind in kinds:
+        if kind != "torch" and kind.split(":")[0] != "sdpa_jit":
+            raise SystemExit(f"--attention: {kind!r} is not torch, sdpa_jit or sdpa_jit:<forward>")
     if args.batch % world:
         raise SystemExit(f"--batch {args.batch} is not a multiple of the {world} ranks")
     if rank == 0:
@@ -280,35 +366,39 @@ def main():
               f"{args.d_model // args.heads}, context {args.context}, global batch {args.batch}, {args.steps} steps"
               f"{', torch.compile' if args.compile else ''}", flush=True)
 
+    profile = profile_attention(args, device) if args.profile and rank == 0 else None
     results = [train(kind, args, data, device, rank, world, distributed) for kind in kinds]
     status = 0
     if rank == 0:
-        print(f"\n{'attention':<10} {'step ms':>8} {'tokens/s':>11} {'final loss':>11} {'held-out':>9} "
+        print(f"\n{'attention':<16} {'step ms':>8} {'tokens/s':>11} {'final loss':>11} {'held-out':>9} "
               f"{'first step ms':>14}")
         for r in results:
-            print(f"{r['attention']:<10} {r['step_ms']:8.2f} {r['tokens_per_s']:11.0f} {r['final_loss']:11.4f} "
+            print(f"{r['attention']:<16} {r['step_ms']:8.2f} {r['tokens_per_s']:11.0f} {r['final_loss']:11.4f} "
                   f"{r['held_out_loss']:9.4f} {r['first_step_ms']:14.1f}")
-    if len(results) == 2 and rank == 0:
-        a, b = results
-        rel = abs(a["final_loss"] - b["final_loss"]) / a["final_loss"]
-        speed = a["step_ms"] / b["step_ms"]
-        agree = rel <= args.tolerance
-        print(f"final losses differ by {rel * 100:.3f}% ({'within' if agree else 'NOT within'} "
-              f"{args.tolerance * 100:g}%); sdpa_jit step time is {speed:.3f}x torch's speed "
-              f"({'no slower' if speed >= 1.0 else 'slower'})")
-        status |= 0 if agree else 1
+    base = next((r for r in results if r["attention"] == "torch"), None)
+    if base is not None and rank == 0:
+        for r in results:
+            if r is base:
+                continue
+            rel = abs(base["final_loss"] - r["final_loss"]) / base["final_loss"]
+            speed = base["step_ms"] / r["step_ms"]
+            agree = rel <= args.tolerance
+            print(f"{r['attention']} vs torch: final losses differ by {rel * 100:.3f}% "
+                  f"({'within' if agree else 'NOT within'} {args.tolerance * 100:g}%); step speed "
+                  f"{speed:.3f}x torch's ({'no slower' if speed >= 1.0 else 'slower'})")
+            status |= 0 if agree else 1
     if distributed:
         import torch.distributed as dist
         import sdpa_jit.torch as st
         gathered = [None] * world
         dist.all_gather_object(gathered, st.compile_records())
-        if rank == 0 and "sdpa_jit" in kinds:
+        if rank == 0 and any(kind != "torch" for kind in kinds):
             ok, lines = cache_report(gathered, world)
             print("\n".join(lines))
             status |= 0 if ok else 1
         if rank == 0 and args.compare:
             single = json.load(open(args.compare))
-            ref = next(r for r in single["results"] if r["attention"] == kinds[-1])
+            ref = next(r for r in single["results"] if r["attention"] == "sdpa_jit")
             rel = abs(ref["final_loss"] - results[-1]["final_loss"]) / ref["final_loss"]
             print(f"final loss {results[-1]['final_loss']:.4f} vs the one-GPU run's {ref['final_loss']:.4f}: "
                   f"{rel * 100:.2f}% apart")
@@ -317,7 +407,7 @@ def main():
     if rank == 0:
         name = "train_ddp" if distributed else "train_single"
         meta = {"world": world, "args": vars(args), "device": torch.cuda.get_device_name(device),
-                "torch": torch.__version__, "results": results}
+                "torch": torch.__version__, "results": results, "profile": profile}
         with open(os.path.join(args.out, f"{name}.json"), "w") as f:
             json.dump(meta, f)
         if not distributed:

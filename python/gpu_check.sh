@@ -2,13 +2,14 @@
 # gpu_check.sh — everything GPU-side of the Python package in one go, on a
 # GPU machine with PyTorch, from a library built elsewhere (build-py/ or
 # build/, with an optional preheated cache build-py/preheat.sqlite): the
-# overhead benchmark, train_gpt.py on one GPU (both attentions) and under
+# overhead benchmark, train_gpt.py on one GPU (torch's attention and
+# sdpa_jit's, with the attention alone profiled first) and under
 # torchrun with 2 ranks on one shared, initially empty cache, then the
 # pytest suite with the GPU tests. Logs go to $OUT (default ./gpu-out);
 # a summary is printed last.
 #   python/gpu_check.sh [preheat] [tests] [bench] [train] [ddp]   (default: all, in this order)
 # Each step has a time cap (seconds, overridable: PREHEAT_S, TESTS_S,
-# BENCH_S, TRAIN_S, DDP_S) so that a slow one leaves time to the others.
+# BENCH_S, TRAIN_S, DDP_S; TRAIN_ATTENTION: train_gpt's --attention) so that a slow one leaves time to the others.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -53,9 +54,12 @@ for step in $steps; do
       timeout ${BENCH_S:-25} python3 python/bench_overhead.py --json "$OUT/overhead.json" 2>&1 | tee -a "$LOG"
       note "bench: rc=${PIPESTATUS[0]}: $(grep -h '^Python overhead' "$LOG" | tail -1)" ;;
     train)
-      timeout ${TRAIN_S:-50} python3 examples/train_gpt.py --out "$OUT" 2>&1 | tee -a "$LOG"
-      note "train (1 GPU): rc=${PIPESTATUS[0]}: $(grep -h '^final losses differ' "$LOG" | tail -1)"
-      for kind in torch sdpa_jit; do note "  $(grep -h "^$kind " "$LOG" | tail -1)"; done ;;
+      timeout ${TRAIN_S:-60} python3 examples/train_gpt.py --profile --out "$OUT" \
+        --attention "${TRAIN_ATTENTION:-torch,sdpa_jit,sdpa_jit:cudnn}" 2>&1 | tee -a "$LOG"
+      note "train (1 GPU): rc=${PIPESTATUS[0]}: $(grep -h '^attention alone' "$LOG" | tail -1)"
+      while read -r line; do note "  $line"; done < <(grep -hE '^  (torch|sdpa_jit) [a-z=]+ +[0-9.n]' "$LOG" | tail -5)
+      while read -r line; do note "  $line"; done < <(grep -hE '^(torch|sdpa_jit[:a-z]*) +[0-9.]+ +[0-9]+ ' "$LOG" | tail -3)
+      while read -r line; do note "  $line"; done < <(grep -h ' vs torch: final losses' "$LOG" | tail -2) ;;
     ddp)
       ddp_cache=/tmp/sdpa-jit-ddp/kernels.sqlite
       rm -rf /tmp/sdpa-jit-ddp && mkdir -p /tmp/sdpa-jit-ddp && chmod 700 /tmp/sdpa-jit-ddp
@@ -71,7 +75,7 @@ for step in $steps; do
       note "  $(grep -h '^sdpa_jit ' "$LOG" | tail -1)"
       note "  $(grep -h 'vs the one-GPU run' "$LOG" | tail -1)" ;;
     tests)
-      SDPA_JIT_TEST_REPORT=$OUT/errors.jsonl timeout ${TESTS_S:-125} python3 -m pytest -p no:cacheprovider \
+      SDPA_JIT_TEST_REPORT=$OUT/errors.jsonl timeout ${TESTS_S:-120} python3 -m pytest -p no:cacheprovider \
         -rs -q --timeout 60 --junitxml="$OUT/pytest.xml" python/tests 2>&1 | tee -a "$LOG" | tail -40
       note "tests: rc=${PIPESTATUS[0]}: $(grep -hE '^[0-9]+ (passed|failed)|^=+ .*(passed|failed)' "$LOG" | tail -1)"
       "$BUILD/sdpa-jit" --cache "$SDPA_JIT_CACHE" stats 2>&1 | tee -a "$LOG" | head -3 ;;

@@ -46,6 +46,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import math
+import os
 import threading
 import time
 
@@ -216,11 +217,30 @@ def _aligned(*tensors):
     return [t.clone() if t.data_ptr() & 15 else t for t in tensors]
 
 
-def _dense_forward_kind(sq, skv, d, dv, mask, wl, wr):
+FORWARDS = ("auto", "flash", "cudnn", "efficient")
+
+
+def _forward_preference(fn):
+    """The forward kernel preference (``forward_backend``, default from
+    $SDPA_JIT_TORCH_FORWARD) as the int the ops take."""
+    if forward_backend not in FORWARDS:
+        raise ValueError(f"{fn}: sdpa_jit.torch.forward_backend = {forward_backend!r} is not one of "
+                         f"{', '.join(FORWARDS)}")
+    return FORWARDS.index(forward_backend)
+
+
+def _dense_forward_kind(sq, skv, d, dv, hq, hkv, mask, wl, wr, prefer=0):
     """How PyTorch's forward computes the mask: ("flash", is_causal, left,
-    right) or ("efficient", is_causal). Raises ValueError for a case neither
-    fused kernel expresses exactly."""
+    right), ("efficient", is_causal) or ("cudnn", is_causal). `prefer`: an
+    index into FORWARDS; a preferred kernel that cannot express the case
+    exactly is passed over. Raises ValueError for a case no fused kernel
+    expresses exactly."""
     fn = "sdpa_jit.torch.attention"
+    square_causal = mask == _NONE or (mask in (_TL, _BR) and sq == skv)
+    if prefer == 2 and square_causal and hq == hkv and d == dv and d in (64, 128):
+        return ("cudnn", mask != _NONE)
+    if prefer == 3 and hq == hkv and (mask in (_NONE, _TL) or (mask == _BR and sq == skv)):
+        return ("efficient", mask != _NONE)
     if d != dv:
         if mask == _NONE:
             return ("efficient", False)
@@ -258,7 +278,7 @@ def _empty_forward(q, v, sq):
     return out, lse
 
 
-def _forward_dense(q, k, v, mask, wl, wr, scale):
+def _forward_dense(q, k, v, mask, wl, wr, scale, prefer=0):
     """(out [B, H, Sq, Dv], lse) by PyTorch's fused forward."""
     b, hq, sq, d = q.shape
     hkv, skv, dv = k.shape[1], k.shape[2], v.shape[3]
@@ -270,7 +290,7 @@ def _forward_dense(q, k, v, mask, wl, wr, scale):
     real = not _is_fake(q)
     if real:
         q, k, v = _aligned(q, k, v)
-    kind = _dense_forward_kind(sq, skv, d, dv, mask, wl, wr)
+    kind = _dense_forward_kind(sq, skv, d, dv, hq, hkv, mask, wl, wr, prefer)
     if kind[0] == "flash":
         _, is_causal, left, right = kind
 
@@ -279,6 +299,13 @@ def _forward_dense(q, k, v, mask, wl, wr, scale):
                 q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, None, sq, skv, 0.0,
                 is_causal, False, scale=scale, window_size_left=left, window_size_right=right)[:2]
             return out.transpose(1, 2), lse
+    elif kind[0] == "cudnn":
+        is_causal = kind[1]
+
+        def run(q, k, v):
+            # LSE [B, H, Sq, 1]: read by its strides like the others
+            return torch.ops.aten._scaled_dot_product_cudnn_attention(
+                q, k, v, None, True, 0.0, is_causal, False, scale=scale)[:2]
     else:
         is_causal = kind[1]
         group = hq // hkv
@@ -455,17 +482,28 @@ def _launch(entry, tensors, device_index, device):
 
 def _acceptable(t):
     """Whether the kernels read `t` ([B, H, S, D] or [T, H, D]) in place:
-    last dim contiguous, the other strides non-negative multiples of 8
+    last dim contiguous, the other strides positive multiples of 8
     elements (dims of size 1 do not count)."""
     shape, stride = t.shape, t.stride()
     if shape[-1] > 1 and stride[-1] != 1:
         return False
-    return all(n == 1 or (s >= 0 and s % 8 == 0) for n, s in zip(shape[:-1], stride[:-1]))
+    return all(n == 1 or (s >= 1 and s % 8 == 0) for n, s in zip(shape[:-1], stride[:-1]))
+
+
+def _empty_in_order(t):
+    """An empty tensor shaped like `t` whose memory follows t's stride order
+    (densely), also when t is not dense (a view of a packed qkv tensor):
+    the gradient is then copied into t's storage without a transpose."""
+    if t.is_contiguous():
+        return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    order = sorted(range(t.dim()), key=lambda i: (t.stride(i), t.shape[i]), reverse=True)
+    base = torch.empty([t.shape[i] for i in order], dtype=t.dtype, device=t.device)
+    return base.permute([order.index(i) for i in range(t.dim())])
 
 
 def _backward_dense(dout, q, k, v, out, lse, mask, wl, wr, scale, deterministic):
     """(dq, dk, dv) of attention(q, k, v) given dO, O and the forward's LSE."""
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq, dk, dv = _empty_in_order(q), _empty_in_order(k), _empty_in_order(v)
     if q.shape[0] == 0 or q.shape[1] == 0 or q.shape[2] == 0 or k.shape[2] == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     _backward_into(False, dout, q, k, v, out, lse, dq, dk, dv, None, None, 0, 0,
@@ -477,7 +515,7 @@ def _backward_varlen(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, mask, wl
                      deterministic):
     """(dq, dk, dv) of varlen_attention: [T, H, D] tensors, per-sequence
     bounds from cu_seqlens, max_q/max_k the max_s hints."""
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq, dk, dv = _empty_in_order(q), _empty_in_order(k), _empty_in_order(v)
     if q.shape[0] == 0 or q.shape[1] == 0 or k.shape[0] == 0 or max_q == 0 or max_k == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     _backward_into(True, dout, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, max_q, max_k,
@@ -566,14 +604,14 @@ def _make_entry(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, max_q, max_k, pa
 
 @torch.library.custom_op("sdpa_jit::attention_forward", mutates_args=(), device_types="cuda")
 def _attention_forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: int, window_left: int,
-                          window_right: int, scale: float, deterministic: bool
+                          window_right: int, scale: float, deterministic: bool, forward: int = 0
                           ) -> tuple[torch.Tensor, torch.Tensor]:
-    return _forward_dense(q, k, v, mask, window_left, window_right, scale)
+    return _forward_dense(q, k, v, mask, window_left, window_right, scale, forward)
 
 
 @_attention_forward_op.register_fake
-def _(q, k, v, mask, window_left, window_right, scale, deterministic):
-    return _forward_dense(q, k, v, mask, window_left, window_right, scale)
+def _(q, k, v, mask, window_left, window_right, scale, deterministic, forward=0):
+    return _forward_dense(q, k, v, mask, window_left, window_right, scale, forward)
 
 
 @torch.library.custom_op("sdpa_jit::attention_backward", mutates_args=(), device_types="cuda")
@@ -586,11 +624,11 @@ def _attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
 
 @_attention_backward_op.register_fake
 def _(dout, q, k, v, out, lse, mask, window_left, window_right, scale, deterministic):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return _empty_in_order(q), _empty_in_order(k), _empty_in_order(v)
 
 
 def _dense_setup_context(ctx, inputs, output):
-    q, k, v, mask, wl, wr, scale, deterministic = inputs
+    q, k, v, mask, wl, wr, scale, deterministic, forward = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.params = (mask, wl, wr, scale, deterministic)
@@ -600,7 +638,7 @@ def _dense_setup_context(ctx, inputs, output):
 def _dense_backward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
     dq, dk, dv = _attention_backward_op(dout, q, k, v, out, lse, *ctx.params)
-    return dq, dk, dv, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 _attention_forward_op.register_autograd(_dense_backward, setup_context=_dense_setup_context)
@@ -635,7 +673,7 @@ def _varlen_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
 @_varlen_backward_op.register_fake
 def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, window_left,
       window_right, scale, deterministic):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return _empty_in_order(q), _empty_in_order(k), _empty_in_order(v)
 
 
 def _varlen_setup_context(ctx, inputs, output):
@@ -664,8 +702,8 @@ _varlen_forward_op.register_autograd(_varlen_backward, setup_context=_varlen_set
 
 class _DenseFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, wl, wr, scale, deterministic):
-        out, lse = _forward_dense(q, k, v, mask, wl, wr, scale)
+    def forward(ctx, q, k, v, mask, wl, wr, scale, deterministic, prefer):
+        out, lse = _forward_dense(q, k, v, mask, wl, wr, scale, prefer)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.params = (mask, wl, wr, scale, deterministic)
         ctx.mark_non_differentiable(lse)
@@ -675,7 +713,7 @@ class _DenseFunction(torch.autograd.Function):
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _backward_dense(dout, q, k, v, out, lse, *ctx.params)
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 class _VarlenFunction(torch.autograd.Function):
@@ -696,6 +734,12 @@ class _VarlenFunction(torch.autograd.Function):
 
 # When False, eager calls go through the custom ops too (tests use both).
 eager_function = True
+
+# Which PyTorch forward kernel to prefer (FORWARDS): "auto" (FlashAttention-2,
+# the memory-efficient kernel where flash cannot express the case), "flash",
+# "cudnn" (cuDNN where it applies: equal heads and head dims 64 or 128, no
+# mask or a square causal mask), "efficient". Read by each call.
+forward_backend = os.environ.get("SDPA_JIT_TORCH_FORWARD", "auto")
 
 
 def _use_custom_op():
@@ -732,10 +776,11 @@ def attention(q, k, v, *, causal=None, window=None, scale=None, enable_gqa=False
     mask, wl, wr = _resolve_mask(fn, causal, window, sq == k.shape[2])
     scale = _check_scale(fn, scale, d)
     deterministic = bool(deterministic)
+    prefer = _forward_preference(fn)
     if _use_custom_op():
-        out, _ = _attention_forward_op(q, k, v, mask, wl, wr, scale, deterministic)
+        out, _ = _attention_forward_op(q, k, v, mask, wl, wr, scale, deterministic, prefer)
     else:
-        out, _ = _DenseFunction.apply(q, k, v, mask, wl, wr, scale, deterministic)
+        out, _ = _DenseFunction.apply(q, k, v, mask, wl, wr, scale, deterministic, prefer)
     return out
 
 

@@ -44,6 +44,7 @@ def poisoned():
     st._poison_outputs = True
     yield
     st._poison_outputs = False
+    st.forward_backend = "auto"
 
 
 def report(case, **numbers):
@@ -94,17 +95,26 @@ def reference_lse(q, k, ok, scale):
     return torch.logsumexp(s.masked_fill(~ok, float("-inf")), dim=-1)
 
 
+def naive_attention(q, k, v, ok, scale):
+    """Attention by PyTorch's plain ops in the input dtype (FlashAttention's
+    attention_ref without upcasting): matmul, masked softmax, matmul."""
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    p = torch.softmax(s.masked_fill(~ok, float("-inf")), dim=-1).masked_fill(~ok, 0.0)
+    return torch.matmul(p.to(v.dtype), v)
+
+
 def torch_attention(q, k, v, ok, scale):
     """PyTorch's own computation in the input dtype: F.sdpa with the mask
-    as a boolean attn_mask (its math backend where the fused one gives NaN
-    for rows that see no key)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    as a boolean attn_mask; where a row sees no key (F.sdpa's fused kernels
+    leave such rows undefined) the naive computation."""
+    if not ok.any(dim=-1).all():
+        return naive_attention(q, k, v, ok, scale)
     gqa = q.shape[1] != k.shape[1]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=ok, scale=scale, enable_gqa=gqa)
-    if not torch.isfinite(out).all():
-        with sdpa_kernel(SDPBackend.MATH):
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=ok, scale=scale, enable_gqa=gqa)
-    return out
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=ok, scale=scale, enable_gqa=gqa)
 
 
 def grads(fn, q, k, v, dout):
@@ -183,28 +193,44 @@ def test_dense_against_reference(case):
     ours = grads(lambda q, k, v: st.attention(q, k, v, causal=causal, window=window, enable_gqa=gqa), q, k, v, dout)
     pt = grads(lambda q, k, v: torch_attention(q, k, v, ok, scale), q, k, v, dout)
     ref = grads(lambda q, k, v: reference(q, k, v, ok, scale), q, k, v, dout.double())
-    check_against_reference(dense_id(case), ours, pt, ref, dtype)
+    name = dense_id(case) + ("" if st.forward_backend == "auto" else f"-fwd={st.forward_backend}")
+    check_against_reference(name, ours, pt, ref, dtype)
+
+
+FORWARD_CASES = [(c, "auto") for c in [c for c in DENSE if c[5] == c[6]][:12] + [DENSE[-1]]] + \
+    [(c, fwd) for fwd in ("cudnn", "efficient", "flash") for c in (DENSE[0], DENSE[1], DENSE[13], DENSE[12])]
 
 
 @gpu
-@pytest.mark.parametrize("case", [c for c in DENSE if c[5] == c[6]][:12] + [DENSE[-1]], ids=dense_id)
-def test_forward_lse_matches_the_masks(case):
-    """The LSE PyTorch's forward returns for us (flash's, or the padded
-    memory-efficient one) is the natural-log LSE of our mask."""
+@pytest.mark.parametrize("case, forward", FORWARD_CASES, ids=lambda x: x if isinstance(x, str) else dense_id(x))
+def test_forward_lse_matches_the_masks(case, forward):
+    """The LSE PyTorch's forward returns for us (flash's [B, H, S], the
+    memory-efficient kernel's padded rows, cuDNN's [B, H, S, 1]) is the
+    natural-log LSE of our mask."""
     b, hq, hkv, sq, skv, d, dv, causal, window, dtype = case
     q, k, v = randn(b, hq, sq, d, dtype=dtype), randn(b, hkv, skv, d, dtype=dtype), randn(b, hkv, skv, dv, dtype=dtype)
     scale = 1.0 / math.sqrt(d)
     mask, wl, wr = st._resolve_mask("test", causal, window, sq == skv)
-    out, lse = torch.ops.sdpa_jit.attention_forward(q, k, v, mask, wl, wr, scale, False)
+    out, lse = torch.ops.sdpa_jit.attention_forward(q, k, v, mask, wl, wr, scale, False, st.FORWARDS.index(forward))
     ok = visible(sq, skv, causal, window, q.device)
     ref = reference_lse(q, k, ok, scale)
-    lse = lse[:, :, :sq].double()
+    lse = lse.reshape(b, hq, -1)[:, :, :sq].double()
     empty = ~ok.any(dim=-1)
     assert torch.all(torch.isposinf(lse[:, :, empty])), "rows that see no key: LSE +inf"
     err = (lse[:, :, ~empty] - ref[:, :, ~empty]).abs().max().item()
     assert err <= 1e-4 * max(1.0, ref[:, :, ~empty].abs().max().item()), f"LSE error {err}"
     out_ref = reference(q, k, v, ok, scale)
     assert (out.double() - out_ref).abs().max().item() <= 4 * UNIT_ROUNDOFF[dtype] * out_ref.abs().max().item() + 1e-3
+
+
+@gpu
+@pytest.mark.parametrize("forward", ["cudnn", "efficient", "flash"])
+@pytest.mark.parametrize("case", [DENSE[0], DENSE[1], DENSE[12]], ids=dense_id)
+def test_forward_backends_against_reference(case, forward):
+    """Gradients with each forward kernel preference (its LSE layout read
+    in place by the backward)."""
+    st.forward_backend = forward
+    test_dense_against_reference(case)
 
 
 # ------------------------------------------------- strides and layouts
