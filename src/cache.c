@@ -424,11 +424,14 @@ sdpa_status sdpa_cache_store(sdpa_cache *cache, const sdpa_cache_meta *meta,
         cache->store_warned = 1;
         cache_warn(&warnings,
                    "could not store a kernel in the kernel cache %s (%s)%s; new kernels "
-                   "are kept in memory for this process only",
+                   "are kept in memory for this process only%s",
                    cache->user.path, why,
                    cache_is_busy(rc) ? ": another process holds its write lock; stores "
                                        "are skipped for a while"
-                                     : "");
+                                     : "",
+                   cache_is_busy(rc) ? ""
+                                     : "; free disk space or set SDPA_JIT_CACHE to a "
+                                       "writable file path");
       }
     }
     goto done;

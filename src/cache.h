@@ -98,10 +98,12 @@ const char *sdpa_cache_path(const sdpa_cache *cache);
  * not read-only). */
 int sdpa_cache_writable(const sdpa_cache *cache);
 
-/* A check of a cached blob before it is returned: 0 when it is fit to be
- * loaded, else nonzero with the reason in `why`. */
-typedef int (*sdpa_cache_blob_check)(const void *blob, size_t size, void *context,
-                                     char *why, size_t why_size);
+/* A check of a cached blob (the cache itself knows bytes only): 0 when it
+ * is fit to be loaded, else nonzero with the reason in `why`. `row_arch`
+ * is the row's arch column (advisory: a lookup's check compares with the
+ * key it was asked for; -1 when unknown). */
+typedef int (*sdpa_cache_blob_check)(const void *blob, size_t size, int row_arch,
+                                     void *context, char *why, size_t why_size);
 
 /* Looks a key up in the shipped databases, then the user's. On a hit
  * returns SUCCESS with *cubin (malloc'd, caller frees) and *size, and
@@ -155,7 +157,11 @@ sdpa_status sdpa_cache_get_entry(sdpa_cache *cache, const char *key,
 sdpa_status sdpa_cache_read_cubin(sdpa_cache *cache, const char *key,
                                   void **out, size_t *size);
 sdpa_status sdpa_cache_get_stats(sdpa_cache *cache, sdpa_cache_stats *out);
-sdpa_status sdpa_cache_verify_all(sdpa_cache *cache, sdpa_cache_problem_fn fn,
+/* Verify: every row's checksum (MAC when keyed), its blob through `check`
+ * (may be NULL) and each file's integrity; bad rows of the user's writable
+ * database removed; `fn` (may be NULL) told of each. */
+sdpa_status sdpa_cache_verify_all(sdpa_cache *cache, sdpa_cache_blob_check check,
+                                  void *check_context, sdpa_cache_problem_fn fn,
                                   void *user, int64_t *checked, int64_t *removed);
 sdpa_status sdpa_cache_prune_rows(sdpa_cache *cache, int64_t max_bytes,
                                   int64_t older_than_seconds,

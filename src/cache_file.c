@@ -362,10 +362,20 @@ typedef enum attach_result {
   ATTACH_FAILED    /* cannot be used (why says)                 */
 } attach_result;
 
-/* Opens the user's database at cache->user.path, which is ours, empty or
- * absent (the caller classified it): creates the schema or migrates when
- * writing is allowed, checks the layout, makes the reader and (writable)
- * the writer. */
+/* Creates the user's file with owner-only permissions, without following
+ * a link, before SQLite opens it. Returns 0, EEXIST (another process made
+ * it first: classify it again) or another errno value. */
+static int create_file(const char *path) {
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return errno;
+  close(fd);
+  return 0;
+}
+
+/* Opens the user's database at cache->user.path, which is ours or empty
+ * (the caller classified it, and created it when it was absent): creates
+ * the schema or migrates when writing is allowed, checks the layout, makes
+ * the reader and (writable) the writer. */
 static attach_result attach_user(sdpa_cache *cache, file_kind kind, int readonly,
                                  int immutable, char *why, size_t why_size) {
   cache_layer *user = &cache->user;
@@ -373,16 +383,6 @@ static attach_result attach_user(sdpa_cache *cache, file_kind kind, int readonly
   int version = 0, app_id = 0, rc;
   attach_result result = ATTACH_FAILED;
 
-  if (kind == FILE_NONE) {
-    /* A new file: created with owner-only permissions before SQLite opens
-     * it, without following a link. */
-    int fd = open(user->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      snprintf(why, why_size, "cannot create %s (%s)", user->path, strerror(errno));
-      return ATTACH_FAILED;
-    }
-    close(fd);
-  }
   rc = connect(user->path, readonly, immutable, &db);
   if (rc != SQLITE_OK) {
     snprintf(why, why_size, "%s", sqlite3_errstr(rc));
@@ -563,7 +563,15 @@ void cache_user_replace(sdpa_cache *cache, warning_list *w, const char *reason) 
     return;
   }
   reap_copies(cache->dir, path);
-  if (attach_user(cache, FILE_NONE, 0, 0, why, sizeof why) == ATTACH_OK) {
+  err = create_file(path);
+  if (err != 0 && err != EEXIST) snprintf(why, sizeof why, "%s", strerror(err));
+  int readonly_file = 0;
+  char seen[512];
+  const file_kind kind = err == 0 ? FILE_EMPTY : err == EEXIST
+                             ? classify(path, &readonly_file, seen, sizeof seen)
+                             : FILE_BAD;
+  if ((kind == FILE_EMPTY || kind == FILE_OURS) && !readonly_file &&
+      attach_user(cache, kind, 0, 0, why, sizeof why) == ATTACH_OK) {
     cache_warn(w, "the kernel cache %s %s; moved it to %s and started a new one", path,
                reason, dest);
     return;
@@ -620,7 +628,7 @@ sdpa_status cache_user_open(sdpa_cache *cache, const char *path, warning_list *w
 
   struct stat st;
   if (stat(dir, &st) != 0) {
-    const int err = errno, missing = err == ENOENT;
+    const int err = errno, missing = err == ENOENT || err == ENOTDIR;
     if (!missing || !may_create || make_directories(dir) != 0) {
       if (missing && !may_create)
         snprintf(why, sizeof why, "there is no cache there (its directory %s does not "
@@ -662,6 +670,18 @@ sdpa_status cache_user_open(sdpa_cache *cache, const char *path, warning_list *w
 
   int readonly_file = 0;
   file_kind kind = classify(file, &readonly_file, why, sizeof why);
+  for (int tries = 0; kind == FILE_NONE && may_create && tries < 3; tries++) {
+    const int err = create_file(file);
+    if (err == 0) {
+      kind = FILE_EMPTY;
+    } else if (err == EEXIST) { /* another process made it first */
+      kind = classify(file, &readonly_file, why, sizeof why);
+    } else {
+      snprintf(why, sizeof why, "cannot create it (%s)", strerror(err));
+      status = unusable(w, file, why);
+      goto done;
+    }
+  }
   switch (kind) {
   case FILE_BAD: status = unusable(w, file, why); goto done;
   case FILE_FOREIGN:

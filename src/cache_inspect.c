@@ -18,7 +18,6 @@
 #include <sys/stat.h>
 
 #include "cache_internal.h"
-#include "cubin.h"
 
 /* ----------------------------------------------------------- entries */
 
@@ -512,8 +511,9 @@ typedef struct bad_row {
 } bad_row;
 
 /* Reads every row of `layer` through `db` and lists those that fail:
- * checksum, MAC when keyed, and a cubin for the row's arch. */
-static int scan_rows(sdpa_cache *cache, sqlite3 *db, int64_t *checked, bad_row **bad,
+ * checksum, MAC when keyed, and `check` (may be NULL) on the blob. */
+static int scan_rows(sdpa_cache *cache, sqlite3 *db, sdpa_cache_blob_check check,
+                     void *check_context, int64_t *checked, bad_row **bad,
                      size_t *bad_count) {
   sqlite3_stmt *stmt = NULL;
   size_t capacity = 0;
@@ -535,8 +535,8 @@ static int scan_rows(sdpa_cache *cache, sqlite3 *db, int64_t *checked, bad_row *
     if (cache_row_intact(cache, hash ? hash : "", text, blob, bytes,
                          sqlite3_column_int64(stmt, 3),
                          (const char *)sqlite3_column_text(stmt, 5), why, sizeof why) == 0 &&
-        sdpa_cubin_check(blob, (size_t)bytes, sqlite3_column_int(stmt, 4), NULL, why,
-                         sizeof why) == 0)
+        (!check || check(blob, (size_t)bytes, sqlite3_column_int(stmt, 4), check_context,
+                         why, sizeof why) == 0))
       continue;
     if (*bad_count == capacity) {
       size_t grown = capacity ? capacity * 2 : 8;
@@ -572,7 +572,8 @@ static int integrity(sqlite3 *db, char *verdict, size_t size, int *rc_out) {
   return rc == SQLITE_OK && strcmp(verdict, "ok") == 0 ? 0 : -1;
 }
 
-sdpa_status sdpa_cache_verify_all(sdpa_cache *cache, sdpa_cache_problem_fn fn, void *user,
+sdpa_status sdpa_cache_verify_all(sdpa_cache *cache, sdpa_cache_blob_check check,
+                                  void *check_context, sdpa_cache_problem_fn fn, void *user,
                                   int64_t *checked, int64_t *removed) {
   warning_list warnings = {0};
   sdpa_status status = SDPA_STATUS_SUCCESS;
@@ -620,7 +621,8 @@ sdpa_status sdpa_cache_verify_all(sdpa_cache *cache, sdpa_cache_problem_fn fn, v
       }
       continue;
     }
-    if (rc == SQLITE_OK) rc = scan_rows(cache, db, &checked_rows, &bad, &bad_count);
+    if (rc == SQLITE_OK)
+      rc = scan_rows(cache, db, check, check_context, &checked_rows, &bad, &bad_count);
     if (rc != SQLITE_OK) status = read_error(layer, db, rc);
     sqlite3_close_v2(db);
     for (size_t b = 0; b < bad_count; b++) {

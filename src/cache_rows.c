@@ -89,7 +89,7 @@ int cache_row_fetch(const sdpa_cache *cache, sqlite3 *db, const char *hash,
   const char *mac = with_mac ? (const char *)sqlite3_column_text(stmt, 3) : NULL;
   if (cache_row_intact(cache, hash, text, blob, bytes, sqlite3_column_int64(stmt, 2), mac,
                        why, why_size) != 0 ||
-      (check && check(blob, (size_t)bytes, check_context, why, why_size) != 0)) {
+      (check && check(blob, (size_t)bytes, -1, check_context, why, why_size) != 0)) {
     *verdict = ROW_BAD;
     goto done;
   }

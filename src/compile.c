@@ -54,21 +54,14 @@ static sdpa_inflight **find_inflight(sdpa_runtime *rt, const char *hash) {
   return NULL;
 }
 
-/* The kernels every module of either family has. */
-static const char *const kernel_names[] = {SDPA_KERNEL_PREPROCESS, SDPA_KERNEL_MAIN,
-                                           SDPA_KERNEL_CONVERT, NULL};
-
-/* The cache's check of a cached blob (sdpa_cache_blob_check): a cubin for
- * the plan's arch with the three kernels, bounds-checked (cubin.h). */
-static int check_blob(const void *blob, size_t size, void *context, char *why,
-                      size_t why_size) {
+/* The cache's check of a blob looked up for a plan: a cubin for the
+ * plan's arch (not the row's: its columns are anyone's) with the
+ * kernels. */
+static int check_blob(const void *blob, size_t size, int row_arch, void *context,
+                      char *why, size_t why_size) {
   const sdpa_bwd_plan *plan = context;
-  if (sdpa_cubin_check(blob, size, plan->fields.arch, kernel_names, why, why_size) == 0)
-    return 0;
-  char inner[256];
-  snprintf(inner, sizeof inner, "%s", why);
-  snprintf(why, why_size, "its blob is not a cubin for this key (%s)", inner);
-  return -1;
+  (void)row_arch;
+  return sdpa_cubin_check_kernels(blob, size, plan->fields.arch, why, why_size);
 }
 
 /* Gets the plan's cubin from the cache, else compiles and stores it.

@@ -7,6 +7,8 @@
  */
 #include "cubin.h"
 
+#include "instantiate.h"
+
 #include <elf.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -132,4 +134,14 @@ int sdpa_cubin_check(const void *image_in, size_t size, int arch,
     if (has == 0) FAIL("it has no kernel %s", functions[i]);
   }
   return 0;
+}
+
+int sdpa_cubin_check_kernels(const void *image, size_t size, int arch, char *why,
+                             size_t why_size) {
+  static const char *const kernels[] = {SDPA_KERNEL_PREPROCESS, SDPA_KERNEL_MAIN,
+                                        SDPA_KERNEL_CONVERT, NULL};
+  char inner[256] = "";
+  if (sdpa_cubin_check(image, size, arch, kernels, inner, sizeof inner) == 0) return 0;
+  if (why) snprintf(why, why_size, "its blob is not a cubin for this key: %s", inner);
+  return -1;
 }

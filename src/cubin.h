@@ -32,4 +32,10 @@ int sdpa_cubin_has_function(const void *image, size_t size, const char *name);
 int sdpa_cubin_check(const void *image, size_t size, int arch,
                      const char *const *functions, char *why, size_t why_size);
 
+/* sdpa_cubin_check with the kernels every module of either family has
+ * (preprocess, main, convert), the reason prefixed "its blob is not a
+ * cubin for this key: ". Fits sdpa_cache_blob_check's use. */
+int sdpa_cubin_check_kernels(const void *image, size_t size, int arch, char *why,
+                             size_t why_size);
+
 #endif /* SDPA_CUBIN_H */

@@ -31,6 +31,7 @@
  */
 #include "plan.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +74,34 @@ typedef struct tensor_shape {
   int64_t batch;    /* desc.batch (its stride is unused under THD) */
   int64_t rows;     /* BSHD: seqlen; THD: token bound              */
   int64_t heads, dim;
+  int output;       /* written by the kernels: no two elements may share an address */
 } tensor_shape;
+
+/* Whether distinct elements of a tensor with these extents and element
+ * strides (dim stride 1) can share an address: sorted by stride, each
+ * dimension of extent > 1 must step past everything the smaller ones
+ * span. (A sufficient condition for distinct addresses, and every layout
+ * a framework makes meets it.) */
+static int elements_overlap(const int64_t extent[4], const int64_t stride[4]) {
+  int order[4] = {0, 1, 2, 3};
+  for (int i = 1; i < 4; i++) /* insertion sort by stride */
+    for (int j = i; j > 0 && stride[order[j]] < stride[order[j - 1]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  int64_t span = 0; /* largest offset the smaller dimensions reach */
+  for (int i = 0; i < 4; i++) {
+    const int k = order[i];
+    if (extent[k] <= 1) continue;
+    if (stride[k] <= span) return 1;
+    int64_t reach;
+    if (__builtin_mul_overflow(stride[k], extent[k] - 1, &reach) ||
+        __builtin_add_overflow(span, reach, &span))
+      return 0; /* offsets were checked to fit int64 */
+  }
+  return 0;
+}
 
 /* Resolves and checks the strides of one data tensor (fp16/bf16 elements,
  * 2 bytes). All zero: packed for the layout. Otherwise seq >= 1, head >= 1,
@@ -120,6 +148,20 @@ static sdpa_status resolve_strides(sdpa_strides *s, sdpa_layout layout,
                               "(make the tensor contiguous or pad it)",
                               n, all[i].field, (long long)all[i].value,
                               STRIDE_MULTIPLE);
+  }
+  if (t->output) {
+    const int64_t extent[4] = {layout == SDPA_LAYOUT_BSHD ? t->batch : 1, t->rows, t->heads,
+                               t->dim};
+    const int64_t stride[4] = {s->batch, s->seq, s->head, 1};
+    if (elements_overlap(extent, stride))
+      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                            "desc.%s strides (batch %lld, seq %lld, head %lld) make "
+                            "elements of the %lld x %lld x %lld x %lld output share "
+                            "addresses: an output needs every element at an address of "
+                            "its own (e.g. the packed default, all strides 0)",
+                            n, (long long)s->batch, (long long)s->seq, (long long)s->head,
+                            (long long)extent[0], (long long)extent[1],
+                            (long long)extent[2], (long long)extent[3]);
   }
   /* largest element: (B-1)*batch + (S-1)*seq + (H-1)*head + (D-1) */
   int64_t offset = t->dim - 1;
@@ -330,6 +372,12 @@ static sdpa_status resolve_desc(const sdpa_bwd_desc *desc, int arch,
                           "softmax scale, or 0 for 1/sqrt(head_dim)",
                           (double)d.scale);
   if (d.scale == 0.0f) d.scale = (float)(1.0 / sqrt((double)d.head_dim));
+  /* The kernels use scale * log2(e), in fp32: it must be finite too. */
+  if (!isfinite(d.scale * 1.4426950408889634f))
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.scale = %g is too large: the kernels compute with "
+                          "scale * log2(e) = inf in fp32; give a scale below %g",
+                          (double)d.scale, (double)(FLT_MAX / 1.4426950408889634f));
   d.deterministic = d.deterministic ? 1 : 0;
 
   if ((status = resolve_total("max_total_q", &d.max_total_q, &d, d.seqlen_q)) ||
@@ -340,14 +388,14 @@ static sdpa_status resolve_desc(const sdpa_bwd_desc *desc, int arch,
   int64_t rows_q = thd ? d.max_total_q : d.seqlen_q;
   int64_t rows_kv = thd ? d.max_total_kv : d.seqlen_kv;
   const struct { sdpa_strides *s; tensor_shape t; } tensors[] = {
-      {&d.q, {"q", d.batch, rows_q, d.heads_q, d.head_dim}},
-      {&d.k, {"k", d.batch, rows_kv, d.heads_kv, d.head_dim}},
-      {&d.v, {"v", d.batch, rows_kv, d.heads_kv, d.head_dim_v}},
-      {&d.o, {"o", d.batch, rows_q, d.heads_q, d.head_dim_v}},
-      {&d.dout, {"dout", d.batch, rows_q, d.heads_q, d.head_dim_v}},
-      {&d.dq, {"dq", d.batch, rows_q, d.heads_q, d.head_dim}},
-      {&d.dk, {"dk", d.batch, rows_kv, d.heads_kv, d.head_dim}},
-      {&d.dv, {"dv", d.batch, rows_kv, d.heads_kv, d.head_dim_v}},
+      {&d.q, {"q", d.batch, rows_q, d.heads_q, d.head_dim, 0}},
+      {&d.k, {"k", d.batch, rows_kv, d.heads_kv, d.head_dim, 0}},
+      {&d.v, {"v", d.batch, rows_kv, d.heads_kv, d.head_dim_v, 0}},
+      {&d.o, {"o", d.batch, rows_q, d.heads_q, d.head_dim_v, 0}},
+      {&d.dout, {"dout", d.batch, rows_q, d.heads_q, d.head_dim_v, 0}},
+      {&d.dq, {"dq", d.batch, rows_q, d.heads_q, d.head_dim, 1}},
+      {&d.dk, {"dk", d.batch, rows_kv, d.heads_kv, d.head_dim, 1}},
+      {&d.dv, {"dv", d.batch, rows_kv, d.heads_kv, d.head_dim_v, 1}},
   };
   for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++)
     if ((status = resolve_strides(tensors[i].s, d.layout, &tensors[i].t)))

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cubin.h"
 #include "status.h"
 
 /* The size of a version-1 options struct: the fields up to log_user. */
@@ -321,11 +322,20 @@ sdpa_status sdpa_cache_stats_get(sdpa_runtime *runtime, sdpa_cache_stats *out) {
   return SDPA_API_CALL(sdpa_cache_get_stats(runtime->cache, out));
 }
 
+/* Verify's check of a row's blob: a cubin for the arch its row names,
+ * with the kernels (cubin.h). */
+static int check_row_blob(const void *blob, size_t size, int row_arch, void *context,
+                          char *why, size_t why_size) {
+  (void)context;
+  return sdpa_cubin_check_kernels(blob, size, row_arch > 0 ? row_arch : 0, why, why_size);
+}
+
 sdpa_status sdpa_cache_verify_report(sdpa_runtime *runtime, sdpa_cache_problem_fn fn,
                                      void *user, int64_t *checked, int64_t *removed) {
   sdpa_status status = check_runtime(runtime, "sdpa_cache_verify");
   if (status != SDPA_STATUS_SUCCESS) return status;
-  return SDPA_API_CALL(sdpa_cache_verify_all(runtime->cache, fn, user, checked, removed));
+  return SDPA_API_CALL(sdpa_cache_verify_all(runtime->cache, check_row_blob, NULL, fn, user,
+                                             checked, removed));
 }
 
 sdpa_status sdpa_cache_verify(sdpa_runtime *runtime, int64_t *checked,

@@ -245,7 +245,36 @@ START_TEST(test_flipped_cubin_byte_removes_row) {
 }
 END_TEST
 
-START_TEST(test_random_bytes_file_moved_aside) {
+/* Memory mode: one warning, and nothing fails afterwards. */
+static void check_memory_mode(sdpa_cache *cache, sdpa_test_log *counter) {
+  ck_assert_int_eq(counter->warnings, 1);
+  ck_assert_ptr_null(sdpa_cache_path(cache));
+  store_row(cache, 8, 500, 8);
+  ck_assert_int_eq(lookup_row(cache, 8, 500, 8, NULL), SDPA_STATUS_NOT_FOUND);
+  char hash[33];
+  make_hash(hash, 8);
+  sdpa_cache_lock *lock = (sdpa_cache_lock *)1;
+  sdpa_cache_lock_key(cache, hash, &lock);
+  ck_assert_ptr_null(lock);
+  sdpa_cache_entry *entries = NULL;
+  size_t count = 5;
+  ck_assert_int_eq(sdpa_cache_list_entries(cache, &entries, &count),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_uint_eq(count, 0);
+  sdpa_cache_free_entries(entries, count);
+  sdpa_cache_stats stats;
+  ck_assert_int_eq(sdpa_cache_get_stats(cache, &stats), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(stats.entries, 0);
+  int64_t removed = -1;
+  ck_assert_int_eq(sdpa_cache_prune_rows(cache, 0, 0, &removed),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(removed, 0);
+  ck_assert_int_eq(counter->warnings, 1);
+}
+
+/* A file that is not an SQLite database is not provably ours: it is left
+ * byte for byte, reported once, and the cache works in memory. */
+START_TEST(test_random_bytes_file_left_alone) {
   char *dir = sdpa_test_tmpdir("cache");
   char *path = sdpa_test_path(dir, "kernels.sqlite");
   sdpa_test_log counter;
@@ -255,22 +284,16 @@ START_TEST(test_random_bytes_file_moved_aside) {
 
   sdpa_cache *cache = open_cache(path, &counter);
   ck_assert_int_eq(counter.warnings, 1);
-  ck_assert_ptr_nonnull(strstr(counter.last, ".corrupt-"));
-  ck_assert_str_eq(sdpa_cache_path(cache), path);
-  char *moved = NULL;
-  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.corrupt-", &moved),
-                   1);
-  size_t size = 0;
-  unsigned char *kept = sdpa_test_read_file(moved, &size);
-  ck_assert_uint_eq(size, 8192); /* moved, not rewritten */
-  ck_assert_int_eq(memcmp(kept, junk, 8192), 0);
-  store_row(cache, 5, 1000, 5);
-  ck_assert_int_eq(lookup_row(cache, 5, 1000, 5, NULL), SDPA_STATUS_SUCCESS);
+  SDPA_TEST_EXPECT_WARNING(&counter, 0, path, "not an SQLite database", "left untouched");
+  check_memory_mode(cache, &counter);
   sdpa_cache_close(cache);
   ck_assert_int_eq(counter.warnings, 1);
-  ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels"), 1);
+  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.", NULL), 0);
+  size_t size = 0;
+  unsigned char *kept = sdpa_test_read_file(path, &size);
+  ck_assert_uint_eq(size, 8192);
+  ck_assert_int_eq(memcmp(kept, junk, 8192), 0);
   free(kept);
-  free(moved);
   free(junk);
   free(path);
   sdpa_test_rmtree(dir);
@@ -322,7 +345,7 @@ START_TEST(test_truncated_database) {
   store_row(cache, 200, 900, 200);
   ck_assert_int_eq(lookup_row(cache, 200, 900, 200, NULL), SDPA_STATUS_SUCCESS);
   int64_t checked = -1, removed = -1;
-  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, &checked, &removed),
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, NULL, NULL, &checked, &removed),
                    SDPA_STATUS_SUCCESS);
   ck_assert_int_ge(checked, 1);
   ck_assert_int_eq(removed, 0);
@@ -369,32 +392,6 @@ START_TEST(test_damage_found_after_open) {
 }
 END_TEST
 
-/* Memory mode: one warning, and nothing fails afterwards. */
-static void check_memory_mode(sdpa_cache *cache, sdpa_test_log *counter) {
-  ck_assert_int_eq(counter->warnings, 1);
-  ck_assert_ptr_null(sdpa_cache_path(cache));
-  store_row(cache, 8, 500, 8);
-  ck_assert_int_eq(lookup_row(cache, 8, 500, 8, NULL), SDPA_STATUS_NOT_FOUND);
-  char hash[33];
-  make_hash(hash, 8);
-  sdpa_cache_lock *lock = (sdpa_cache_lock *)1;
-  sdpa_cache_lock_key(cache, hash, &lock);
-  ck_assert_ptr_null(lock);
-  sdpa_cache_entry *entries = NULL;
-  size_t count = 5;
-  ck_assert_int_eq(sdpa_cache_list_entries(cache, &entries, &count),
-                   SDPA_STATUS_SUCCESS);
-  ck_assert_uint_eq(count, 0);
-  sdpa_cache_free_entries(entries, count);
-  sdpa_cache_stats stats;
-  ck_assert_int_eq(sdpa_cache_get_stats(cache, &stats), SDPA_STATUS_SUCCESS);
-  ck_assert_int_eq(stats.entries, 0);
-  int64_t removed = -1;
-  ck_assert_int_eq(sdpa_cache_prune_rows(cache, 0, 0, &removed),
-                   SDPA_STATUS_SUCCESS);
-  ck_assert_int_eq(removed, 0);
-  ck_assert_int_eq(counter->warnings, 1);
-}
 
 START_TEST(test_directory_in_place_of_file) {
   char *dir = sdpa_test_tmpdir("cache");
@@ -447,7 +444,7 @@ START_TEST(test_newer_user_version_untouched) {
                     "BLOB);"
                     "INSERT INTO kernels VALUES ('x', x'0102');"
                     "PRAGMA application_id = 1396985921;"
-                    "PRAGMA user_version = 2;");
+                    "PRAGMA user_version = 99;");
   size_t before_size = 0, after_size = 0;
   unsigned char *before = sdpa_test_read_file(path, &before_size);
 
@@ -472,24 +469,36 @@ START_TEST(test_newer_user_version_untouched) {
 }
 END_TEST
 
-START_TEST(test_foreign_database_moved_aside) {
+/* Another program's SQLite database (another application_id, or 0 with
+ * tables of its own) is never adopted, renamed or rewritten. */
+START_TEST(test_foreign_database_left_alone) {
   char *dir = sdpa_test_tmpdir("cache");
   char *path = sdpa_test_path(dir, "kernels.sqlite");
-  sdpa_test_log counter;
-  sdpa_test_log_init(&counter);
-  sdpa_test_db_exec(path, "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES "
-                "('mine'); PRAGMA application_id = 305419896;");
-  sdpa_cache *cache = open_cache(path, &counter);
-  ck_assert_int_eq(counter.warnings, 1);
-  char *moved = NULL;
-  ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.foreign-", &moved),
-                   1);
-  ck_assert_int_eq(sdpa_test_db_int(moved, "SELECT count(*) FROM notes"), 1);
-  store_row(cache, 9, 800, 9);
-  ck_assert_int_eq(lookup_row(cache, 9, 800, 9, NULL), SDPA_STATUS_SUCCESS);
-  sdpa_cache_close(cache);
-  ck_assert_int_eq(counter.warnings, 1);
-  free(moved);
+  static const char *const schemas[] = {
+      "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine'); "
+      "PRAGMA application_id = 305419896;",
+      "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine');"};
+  for (size_t i = 0; i < 2; i++) {
+    sdpa_test_log counter;
+    sdpa_test_log_init(&counter);
+    unlink(path);
+    sdpa_test_db_exec(path, schemas[i]);
+    size_t before_size = 0, after_size = 0;
+    unsigned char *before = sdpa_test_read_file(path, &before_size);
+    sdpa_cache *cache = open_cache(path, &counter);
+    ck_assert_int_eq(counter.warnings, 1);
+    SDPA_TEST_EXPECT_WARNING(&counter, 0, "another program's SQLite database",
+                             "left untouched");
+    check_memory_mode(cache, &counter);
+    sdpa_cache_close(cache);
+    unsigned char *after = sdpa_test_read_file(path, &after_size);
+    ck_assert_uint_eq(before_size, after_size);
+    ck_assert_int_eq(memcmp(before, after, before_size), 0);
+    ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite.", NULL), 0);
+    ck_assert_int_eq(sdpa_test_count_prefixed(dir, "kernels.sqlite-", NULL), 0);
+    free(before);
+    free(after);
+  }
   free(path);
   sdpa_test_rmtree(dir);
   free(dir);
@@ -745,15 +754,15 @@ START_TEST(test_verify_removes_corrupted_row) {
   flip_cubin_byte(path, 52);
   cache = open_cache(path, &counter);
   int64_t checked = -1, removed = -1;
-  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, &checked, &removed),
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, NULL, NULL, &checked, &removed),
                    SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(checked, 3);
   ck_assert_int_eq(removed, 1);
-  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, &checked, &removed),
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, NULL, NULL, &checked, &removed),
                    SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(checked, 2);
   ck_assert_int_eq(removed, 0);
-  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, NULL, NULL), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, NULL, NULL, NULL, NULL), SDPA_STATUS_SUCCESS);
   sdpa_cache_close(cache);
   ck_assert_int_eq(sdpa_test_db_int(path, "SELECT count(*) FROM kernels WHERE key_hash "
                                 "= '00000000000000000000000000000034'"),
@@ -848,7 +857,8 @@ START_TEST(test_get_entry_by_prefix_and_text) {
                    SDPA_STATUS_INVALID_ARGUMENT);
   sdpa_cache_close(cache);
 
-  /* A damaged cubin is refused and removed. */
+  /* A damaged cubin is refused (reading it is inspection: it stays until
+   * verify removes it). */
   sdpa_test_db_exec(path, "UPDATE kernels SET checksum = checksum + 1 "
                           "WHERE key_text = 'sdpa_bwd;row=3'");
   cache = open_cache(path, &counter);
@@ -856,8 +866,14 @@ START_TEST(test_get_entry_by_prefix_and_text) {
                    SDPA_STATUS_CACHE_ERROR);
   ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "checksum"));
   ck_assert_ptr_null(data);
-  ck_assert_int_eq(sdpa_cache_get_entry(cache, "123456", &entry),
-                   SDPA_STATUS_NOT_FOUND);
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, "123456", &entry), SDPA_STATUS_SUCCESS);
+  sdpa_cache_entries_free(entry, 1);
+  entry = NULL;
+  int64_t checked = 0, removed = 0;
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, NULL, NULL, &checked, &removed),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(removed, 1);
+  ck_assert_int_eq(sdpa_cache_get_entry(cache, "123456", &entry), SDPA_STATUS_NOT_FOUND);
   sdpa_cache_close(cache);
   free(path);
   sdpa_test_rmtree(dir);
@@ -1009,7 +1025,7 @@ START_TEST(test_shipped_database_first_and_never_written) {
   sdpa_cache_free_entries(entry, 1);
 
   int64_t checked = 0, removed = 0;
-  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, &checked, &removed),
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, NULL, NULL, &checked, &removed),
                    SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(checked, 6);
   ck_assert_int_eq(removed, 0); /* the bad shipped row stays */
@@ -1355,14 +1371,14 @@ static Suite *cache_suite(void) {
   tcase_add_test(tc, test_round_trip);
   tcase_add_test(tc, test_key_text_mismatch_is_a_miss);
   tcase_add_test(tc, test_flipped_cubin_byte_removes_row);
-  tcase_add_test(tc, test_random_bytes_file_moved_aside);
+  tcase_add_test(tc, test_random_bytes_file_left_alone);
   tcase_add_test(tc, test_zero_length_file);
   tcase_add_test(tc, test_truncated_database);
   tcase_add_test(tc, test_damage_found_after_open);
   tcase_add_test(tc, test_directory_in_place_of_file);
   tcase_add_test(tc, test_uncreatable_directory);
   tcase_add_test(tc, test_newer_user_version_untouched);
-  tcase_add_test(tc, test_foreign_database_moved_aside);
+  tcase_add_test(tc, test_foreign_database_left_alone);
   tcase_add_test(tc, test_default_path);
   tcase_add_test(tc, test_hit_writes_nothing_and_counts_flush_at_close);
   tcase_add_test(tc, test_prune_by_size_keeps_recently_used);

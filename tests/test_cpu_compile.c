@@ -104,12 +104,17 @@ static int grid(variant *out) {
   return n;
 }
 
-static sdpa_bwd_plan *make_plan(sdpa_runtime *rt, const sdpa_bwd_desc *d) {
+static sdpa_bwd_plan *make_plan_with(sdpa_runtime *rt, const sdpa_bwd_desc *d,
+                                     const sdpa_bwd_plan_options *o) {
   sdpa_bwd_plan *plan = NULL;
-  sdpa_status st = sdpa_bwd_plan_create(&plan, rt, d);
+  sdpa_status st = sdpa_bwd_plan_create_with(&plan, rt, d, o);
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan_create: %s",
                 sdpa_last_error());
   return plan;
+}
+
+static sdpa_bwd_plan *make_plan(sdpa_runtime *rt, const sdpa_bwd_desc *d) {
+  return make_plan_with(rt, d, NULL);
 }
 
 /* One key of a grid compiled by a worker thread; checked afterwards on the
@@ -173,12 +178,10 @@ static void compile_grid(int arch) {
      * rule off; the unmasked ones have the main kernel write dQ, so that
      * both writers compile */
     sdpa_bwd_desc d = variant_desc(&vs[i], arch);
-    ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", vs[i].small ? "1" : "0", 1), 0);
-    ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT",
-                            vs[i].mask == SDPA_MASK_NONE ? "main" : "convert", 1), 0);
-    jobs[i].plan = make_plan(rt, &d);
-    unsetenv("SDPA_JIT_SMALL_GRID");
-    unsetenv("SDPA_JIT_DQ_CONVERT");
+    sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+    o.small_grid = vs[i].small ? SDPA_SWITCH_ON : SDPA_SWITCH_OFF;
+    o.dq_writer = vs[i].mask == SDPA_MASK_NONE ? SDPA_DQ_MAIN : SDPA_DQ_CONVERT;
+    jobs[i].plan = make_plan_with(rt, &d, &o);
     ck_assert_int_eq(jobs[i].plan->fields.even,
                      vs[i].layout == SDPA_LAYOUT_BSHD && vs[i].even);
     ck_assert_int_eq(jobs[i].plan->fields.kv_tile, vs[i].small ? 64 : 128);

@@ -175,7 +175,7 @@ static round_result check_after_kill(const char *dir, const char *path,
 
   /* Every row passes its checksum: verify removes nothing. */
   int64_t checked = -1, removed = -1;
-  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, &checked, &removed),
+  ck_assert_int_eq(sdpa_cache_verify_all(cache, NULL, NULL, NULL, NULL, &checked, &removed),
                    SDPA_STATUS_SUCCESS);
   ck_assert_msg(removed == 0, "round %d: verify removed %lld rows", round,
                 (long long)removed);

@@ -5,8 +5,8 @@
  *
  * For each point of a wide grid (archs 80, 86, 90; every supported
  * head_dim, mask, layout, LSE class, determinism, even / uneven lengths,
- * dQ writer and tile class), planned as preheat plans it (the dQ writer
- * through SDPA_JIT_DQ_CONVERT), the plan's key must carry the point's dQ
+ * dQ writer and tile class), planned as preheat plans it (the options of
+ * cli_grid_options), the plan's key must carry the point's dQ
  * writer, layout, determinism and (BSHD) even-tiles fields. Tile class:
  * a "default" point plans exactly as with the small-grid rule off (the
  * table's tiles); a "small" point differs from that exactly when the
@@ -34,18 +34,16 @@ static void close_runtime(void) {
   rt = NULL;
 }
 
-/* Plans `d` as preheat plans point `p` (SDPA_JIT_DQ_CONVERT set to its
- * dQ writer), with SDPA_JIT_SMALL_GRID set to `rule` ("0"/"1"); returns
- * the status and, on success, the plan. */
+/* Plans `d` as preheat plans point `p` (cli_grid_options), with the
+ * small-grid rule on or off (`rule`); returns the status and, on
+ * success, the plan. */
 static sdpa_status plan_with_rule(const cli_grid_point *p, const sdpa_bwd_desc *d,
-                                  const char *rule, sdpa_bwd_plan **plan) {
-  ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", rule, 1), 0);
-  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", p->dq_main ? "main" : "convert", 1), 0);
+                                  int rule, sdpa_bwd_plan **plan) {
+  sdpa_bwd_plan_options o;
+  cli_grid_options(p, &o);
+  o.small_grid = rule ? SDPA_SWITCH_ON : SDPA_SWITCH_OFF;
   *plan = NULL;
-  sdpa_status st = sdpa_bwd_plan_create(plan, rt, d);
-  unsetenv("SDPA_JIT_SMALL_GRID");
-  unsetenv("SDPA_JIT_DQ_CONVERT");
-  return st;
+  return sdpa_bwd_plan_create_with(plan, rt, d, &o);
 }
 
 static void fill(cli_list *list, const int *values, size_t count) {
@@ -98,10 +96,10 @@ START_TEST(points_plan_to_their_keys) {
     sdpa_bwd_desc d;
     cli_grid_desc(&p, &d);
     sdpa_bwd_plan *on = NULL, *off = NULL;
-    sdpa_status st = plan_with_rule(&p, &d, "1", &on);
+    sdpa_status st = plan_with_rule(&p, &d, 1, &on);
     if (st == SDPA_STATUS_NOT_SUPPORTED) continue; /* too big for the arch */
     ck_assert_msg(st == SDPA_STATUS_SUCCESS, "%s: %s", where, sdpa_last_error());
-    ck_assert_int_eq(plan_with_rule(&p, &d, "0", &off), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(plan_with_rule(&p, &d, 0, &off), SDPA_STATUS_SUCCESS);
     planned++;
 
     const char *key = sdpa_bwd_plan_key(on);

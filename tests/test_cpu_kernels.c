@@ -31,7 +31,7 @@ typedef struct variant {
   sdpa_mask mask;
   sdpa_layout layout;
   int even, lse_strided, deterministic;
-  int dq_main; /* the main kernel writes dQ (SDPA_JIT_DQ_CONVERT=main) */
+  int dq_main; /* the main kernel writes dQ (options.dq_writer MAIN) */
 } variant;
 
 static const variant variants[] = {
@@ -100,17 +100,15 @@ static job *jobs;
 static int job_count, next_job;
 static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Plans job `j`. Who writes dQ comes from SDPA_JIT_DQ_CONVERT, set here
- * for the call: the process's environment, so plans are made on one
- * thread before the workers compile them. */
+/* Plans job `j`; who writes dQ is a plan option. */
 static void plan_job(job *j) {
   sdpa_bwd_desc d = make_desc(j);
-  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", j->v->dq_main ? "main" : "convert", 1), 0);
-  if (sdpa_bwd_plan_create(&j->plan, runtime, &d) != SDPA_STATUS_SUCCESS) {
+  sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+  o.dq_writer = j->v->dq_main ? SDPA_DQ_MAIN : SDPA_DQ_CONVERT;
+  if (sdpa_bwd_plan_create_with(&j->plan, runtime, &d, &o) != SDPA_STATUS_SUCCESS) {
     snprintf(j->problems, sizeof j->problems, "plan: %s", sdpa_last_error());
     j->plan = NULL;
   }
-  unsetenv("SDPA_JIT_DQ_CONVERT");
 }
 
 static void run_job(job *j) {

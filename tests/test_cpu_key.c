@@ -53,9 +53,10 @@ typedef struct key_copy {
   sdpa_key_fields fields;
 } key_copy;
 
-static key_copy plan_key(sdpa_runtime *rt, const sdpa_bwd_desc *desc) {
+static key_copy plan_key_with(sdpa_runtime *rt, const sdpa_bwd_desc *desc,
+                              const sdpa_bwd_plan_options *options) {
   sdpa_bwd_plan *plan = NULL;
-  sdpa_status st = sdpa_bwd_plan_create(&plan, rt, desc);
+  sdpa_status st = sdpa_bwd_plan_create_with(&plan, rt, desc, options);
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan_create: %s: %s",
                 sdpa_status_name(st), sdpa_last_error());
   key_copy k;
@@ -64,6 +65,10 @@ static key_copy plan_key(sdpa_runtime *rt, const sdpa_bwd_desc *desc) {
   k.fields = plan->fields;
   sdpa_bwd_plan_destroy(plan);
   return k;
+}
+
+static key_copy plan_key(sdpa_runtime *rt, const sdpa_bwd_desc *desc) {
+  return plan_key_with(rt, desc, NULL);
 }
 
 static sdpa_key_fields base_fields(void) {
@@ -374,10 +379,10 @@ START_TEST(descriptor_fields_that_select_code) {
     ck_assert_msg(strcmp(k.text, ref.text) != 0, "%s: text unchanged", what[i]);
     ck_assert_msg(strcmp(k.hash, ref.hash) != 0, "%s: hash unchanged", what[i]);
   }
-  /* who writes dQ: the convert kernel unless SDPA_JIT_DQ_CONVERT=main */
-  ck_assert_int_eq(setenv("SDPA_JIT_DQ_CONVERT", "main", 1), 0);
-  key_copy main_writer = plan_key(rt, &base);
-  unsetenv("SDPA_JIT_DQ_CONVERT");
+  /* who writes dQ: the convert kernel unless options.dq_writer says main */
+  sdpa_bwd_plan_options main_dq = SDPA_BWD_PLAN_OPTIONS_INIT;
+  main_dq.dq_writer = SDPA_DQ_MAIN;
+  key_copy main_writer = plan_key_with(rt, &base, &main_dq);
   ck_assert_ptr_nonnull(strstr(ref.text, ";dq=convert"));
   ck_assert_ptr_nonnull(strstr(main_writer.text, ";dq=main"));
   ck_assert_str_ne(main_writer.hash, ref.hash);
@@ -396,10 +401,12 @@ END_TEST
 /* Launch arguments do not move the key: one artifact serves them all. */
 START_TEST(launch_arguments_leave_key_unchanged) {
   /* Sizes move the key only through the small-grid tiles (the test
-   * above, and test_cpu_plan's small_grid_tiles): rule off, so that these
-   * variants may cross the 64-block threshold. */
+   * above, and test_cpu_plan's small_grid_tiles): rule off (the runtime's
+   * default, from its environment), so that these variants may cross the
+   * 64-block threshold. */
   ck_assert_int_eq(setenv("SDPA_JIT_SMALL_GRID", "0", 1), 0);
   sdpa_runtime *rt = open_runtime();
+  unsetenv("SDPA_JIT_SMALL_GRID");
   sdpa_bwd_desc base = base_desc();
   key_copy ref = plan_key(rt, &base);
   int qt = ref.fields.q_tile, kvt = ref.fields.kv_tile;
@@ -456,7 +463,6 @@ START_TEST(launch_arguments_leave_key_unchanged) {
   s2.lse.batch = 0;
   ck_assert_str_eq(plan_key(rt, &s1).hash, plan_key(rt, &s2).hash);
   sdpa_runtime_destroy(rt);
-  unsetenv("SDPA_JIT_SMALL_GRID");
 }
 END_TEST
 

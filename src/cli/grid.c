@@ -247,6 +247,12 @@ int cli_grid_point_at(const cli_grid *grid, size_t index,
          (out->small && (out->layout == SDPA_LAYOUT_THD || out->deterministic));
 }
 
+void cli_grid_options(const cli_grid_point *point, sdpa_bwd_plan_options *out) {
+  const sdpa_bwd_plan_options init = SDPA_BWD_PLAN_OPTIONS_INIT;
+  *out = init;
+  out->dq_writer = point->dq_main ? SDPA_DQ_MAIN : SDPA_DQ_CONVERT;
+}
+
 void cli_grid_desc(const cli_grid_point *point, sdpa_bwd_desc *out) {
   sdpa_bwd_desc desc;
   memset(&desc, 0, sizeof desc);

@@ -88,6 +88,9 @@ size_t cli_grid_size(const cli_grid *grid);
 int cli_grid_point_at(const cli_grid *grid, size_t index,
                       cli_grid_point *out);
 
+/* The plan options that plan a point as preheat does: its dQ writer. */
+void cli_grid_options(const cli_grid_point *point, sdpa_bwd_plan_options *out);
+
 /* A representative descriptor for `point` (see the file comment). */
 void cli_grid_desc(const cli_grid_point *point, sdpa_bwd_desc *out);
 

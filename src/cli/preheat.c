@@ -250,8 +250,8 @@ typedef struct preheat {
 /* Plans one grid point: who writes dQ is the point's (a plan option). */
 static sdpa_status plan_point(sdpa_runtime *runtime, const cli_grid_point *point,
                               const sdpa_bwd_desc *desc, sdpa_bwd_plan **plan) {
-  sdpa_bwd_plan_options choices = SDPA_BWD_PLAN_OPTIONS_INIT;
-  choices.dq_writer = point->dq_main ? SDPA_DQ_MAIN : SDPA_DQ_CONVERT;
+  sdpa_bwd_plan_options choices;
+  cli_grid_options(point, &choices);
   return sdpa_bwd_plan_create_with(plan, runtime, desc, &choices);
 }
 

@@ -199,7 +199,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sdpa_cache_stats stats;
   REQUIRE(inspect_status_ok(sdpa_cache_get_stats(cache, &stats)));
   int64_t checked = 0, removed = 0;
-  REQUIRE(inspect_status_ok(sdpa_cache_verify_all(cache, NULL, NULL, &checked, &removed)));
+  REQUIRE(inspect_status_ok(sdpa_cache_verify_all(cache, NULL, NULL, NULL, NULL, &checked, &removed)));
   REQUIRE(removed >= 0 && removed <= checked);
 
   /* A store never fails because of the file; a stored row reads back
