@@ -46,16 +46,14 @@ static void run_result_free(run_result *r) {
 /* Runs `sdpa-jit <args>` (args formatted, passed through /bin/sh, so the
  * caller quotes) with stdin from /dev/null and stdout/stderr captured in
  * files under `dir`. */
-static run_result run_cli(const char *dir, const char *fmt, ...) {
-  char args[4096], command[8192], out_path[1024], err_path[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
-  va_end(ap);
+static run_result run_cli_args(const char *dir, const char *stdout_to, const char *args) {
+  char command[8192], out_path[1024], err_path[1024];
   snprintf(out_path, sizeof out_path, "%s/cli.out", dir);
   snprintf(err_path, sizeof err_path, "%s/cli.err", dir);
-  snprintf(command, sizeof command, "'%s' %s </dev/null >'%s' 2>'%s'",
-           cli_binary(), args, out_path, err_path);
+  if (!stdout_to) stdout_to = out_path;
+  snprintf(command, sizeof command, "'%s' %s </dev/null >'%s' 2>'%s'", cli_binary(), args,
+           stdout_to, err_path);
+  if (strcmp(stdout_to, out_path) != 0) sdpa_test_write_file(out_path, "", 0);
   int raw = system(command);
   run_result r;
   ck_assert_msg(raw != -1 && WIFEXITED(raw), "could not run: %s", command);
@@ -63,6 +61,33 @@ static run_result run_cli(const char *dir, const char *fmt, ...) {
   r.out = (char *)sdpa_test_read_file(out_path, NULL);
   r.err = (char *)sdpa_test_read_file(err_path, NULL);
   return r;
+}
+
+static run_result run_cli(const char *dir, const char *fmt, ...) {
+  char args[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  return run_cli_args(dir, NULL, args);
+}
+
+/* run_cli with stdout sent to `target` (e.g. /dev/full). */
+static run_result run_cli_to(const char *dir, const char *target, const char *fmt, ...) {
+  char args[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  return run_cli_args(dir, target, args);
+}
+
+/* Makes an empty cache at `db` by hand, as README says one can. */
+static void make_empty_cache(const char *db) {
+  char command[2048];
+  snprintf(command, sizeof command, "sqlite3 '%s' < '%s/cache/schema.sql' >/dev/null", db,
+           SDPA_TEST_SOURCE_DIR);
+  ck_assert_int_eq(system(command), 0);
 }
 
 /* The last non-empty line of `text`, copied into buf. */
@@ -237,6 +262,9 @@ static const usage_case usage_cases[] = {
     {"preheat --dq both", "main, convert"},
     {"preheat --tiles big", "default, small"},
     {"preheat -j 0", "thread count"},
+    {"preheat --head-dim 100", "--head-dim 100"},
+    {"preheat --head-dim 64 --head-dim-v 72", "head_dim_v"},
+    {"preheat --no-disk", "--no-disk"},
     {"preheat --arch", "needs a value"},
     {"prune", "--max-bytes or --older-than"},
     {"prune --max-bytes 12Q", "--max-bytes '12Q'"},
@@ -304,9 +332,19 @@ END_TEST
 /* ------------------------------------------------ an empty cache */
 
 START_TEST(test_path_and_global_options) {
-  run_result r = run_cli(test_dir, "--cache '%s' path", cache_db);
-  ck_assert_msg(r.status == 0, "path: %s", r.err);
   char line[1200];
+  /* An explicit --cache that holds no cache: inspection fails and creates
+   * nothing. */
+  run_result r = run_cli(test_dir, "--cache '%s' path", cache_db);
+  ck_assert_msg(r.status == 1 && strstr(r.err, "no cache there"), "path: %d %s", r.status,
+                r.err);
+  run_result_free(&r);
+  struct stat st;
+  ck_assert(stat(cache_db, &st) != 0);
+
+  make_empty_cache(cache_db);
+  r = run_cli(test_dir, "--cache '%s' path", cache_db);
+  ck_assert_msg(r.status == 0, "path: %s", r.err);
   ck_assert_str_eq(last_line(r.out, line, sizeof line), cache_db);
   run_result_free(&r);
 
@@ -316,12 +354,14 @@ START_TEST(test_path_and_global_options) {
   ck_assert_str_eq(last_line(r.out, line, sizeof line), cache_db);
   run_result_free(&r);
 
-  /* Without --cache the runtime's default ($SDPA_JIT_CACHE) applies. */
+  /* Without --cache the runtime's default ($SDPA_JIT_CACHE) applies, also
+   * when nothing is there yet (a note says so). */
   r = run_cli(test_dir, "path");
   ck_assert_int_eq(r.status, 0);
-  ck_assert_str_eq(last_line(r.out, line, sizeof line),
-                   getenv("SDPA_JIT_CACHE"));
+  ck_assert_str_eq(last_line(r.out, line, sizeof line), getenv("SDPA_JIT_CACHE"));
+  ck_assert_msg(strstr(r.err, "no cache at"), "path: %s", r.err);
   run_result_free(&r);
+  ck_assert(stat(getenv("SDPA_JIT_CACHE"), &st) != 0);
 
   r = run_cli(test_dir, "--no-disk path");
   ck_assert_int_eq(r.status, 0);
@@ -330,11 +370,41 @@ START_TEST(test_path_and_global_options) {
 }
 END_TEST
 
+/* Every command given a --cache it cannot use fails (1) and creates
+ * nothing: a missing file, a typo'd directory. */
+START_TEST(test_unusable_cache_is_an_error) {
+  char missing_dir[1200];
+  snprintf(missing_dir, sizeof missing_dir, "%s/no/such/dir/k.sqlite", test_dir);
+  const char *paths[] = {cache_db, missing_dir};
+  const char *commands[] = {"ls", "ls --json", "stats", "show 0123456789ab", "dump 0123456789ab -o x",
+                            "verify", "prune --max-bytes 0", "path"};
+  for (size_t p = 0; p < 2; p++)
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+      run_result r = run_cli(test_dir, "--cache '%s' %s", paths[p], commands[i]);
+      ck_assert_msg(r.status == 1, "%s on %s exited %d: %s", commands[i], paths[p],
+                    r.status, r.err);
+      ck_assert_msg(strstr(r.err, "cannot use") && !strstr(r.out, "(memory)"),
+                    "%s: %s / %s", commands[i], r.out, r.err);
+      run_result_free(&r);
+    }
+  struct stat st;
+  char no[1200];
+  snprintf(no, sizeof no, "%s/no", test_dir);
+  ck_assert(stat(cache_db, &st) != 0 && stat(no, &st) != 0);
+}
+END_TEST
+
 START_TEST(test_empty_cache) {
+  make_empty_cache(cache_db);
   run_result r = run_cli(test_dir, "--cache '%s' ls --json", cache_db);
   ck_assert_msg(r.status == 0, "ls --json: %s", r.err);
   char line[1200];
   ck_assert_str_eq(last_line(r.out, line, sizeof line), "[]");
+  run_result_free(&r);
+
+  r = run_cli(test_dir, "--cache '%s' ls", cache_db);
+  ck_assert_msg(r.status == 0, "ls: %s", r.err);
+  ck_assert_msg(strstr(r.out, "no entries in") && strstr(r.out, cache_db), "ls: %s", r.out);
   run_result_free(&r);
 
   r = run_cli(test_dir, "--cache '%s' stats --json", cache_db);
@@ -369,6 +439,103 @@ START_TEST(test_empty_cache) {
   ck_assert_int_eq(r.status, 1);
   ck_assert_msg(strstr(r.err, "sdpa-jit dump"), "dump: %s", r.err);
   run_result_free(&r);
+
+  /* The default location with no cache yet: inspection says so and
+   * succeeds, maintenance has nothing to do; nothing is created. */
+  r = run_cli(test_dir, "ls --json");
+  ck_assert_msg(r.status == 0 && strstr(r.out, "[]") && strstr(r.err, "no cache at"),
+                "ls at the default location: %s / %s", r.out, r.err);
+  run_result_free(&r);
+  r = run_cli(test_dir, "verify");
+  ck_assert_msg(r.status == 0, "verify at the default location: %s", r.err);
+  run_result_free(&r);
+  struct stat st;
+  ck_assert(stat(getenv("SDPA_JIT_CACHE"), &st) != 0);
+}
+END_TEST
+
+/* Output that cannot be written is a failure: every command that prints
+ * checks its stdout (sent to /dev/full here). */
+START_TEST(test_output_write_errors) {
+  struct stat st;
+  if (stat("/dev/full", &st) != 0) {
+    printf("skipped test_output_write_errors: no /dev/full\n");
+    return;
+  }
+  make_empty_cache(cache_db);
+  const char *commands[] = {"ls", "ls --json", "stats", "stats --json", "path",
+                            "verify", "--help", "ls --help", "--version"};
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+    run_result r = run_cli_to(test_dir, "/dev/full", "--cache '%s' %s", cache_db,
+                              commands[i]);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "cannot write the output"),
+                  "%s > /dev/full exited %d: %s", commands[i], r.status, r.err);
+    run_result_free(&r);
+  }
+}
+END_TEST
+
+/* Strings from the database are escaped: a hostile row's key text with an
+ * escape sequence and a bell in its dtype reach the terminal as text. */
+START_TEST(test_database_strings_escaped) {
+  make_empty_cache(cache_db);
+  char sql[1024];
+  snprintf(sql, sizeof sql,
+           "INSERT INTO kernels (key_hash, key_text, arch, dtype, cubin, cubin_bytes, "
+           "checksum, created, last_used) VALUES ('%s', 'evil' || char(27) || '[2J' || "
+           "char(10) || 'x', 90, 'bf' || char(7), x'00', 1, 0, 1, 1)",
+           "abcdefabcdefabcdefabcdefabcdef01");
+  char *out = sqlite_query(cache_db, sql);
+  free(out);
+  const char *commands[] = {"ls", "show abcdefabcdef", "ls --json", "show abcdefabcdef --json",
+                            "verify"};
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+    run_result r = run_cli(test_dir, "--cache '%s' %s", cache_db, commands[i]);
+    ck_assert_msg(!strchr(r.out, 27) && !strchr(r.out, 7) && !strchr(r.err, 27),
+                  "%s printed a raw control character: %s", commands[i], r.out);
+    ck_assert_msg(strstr(r.out, "evil") || strstr(r.out, "abcdefabcdef"), "%s: %s",
+                  commands[i], r.out);
+    run_result_free(&r);
+  }
+  /* verify named the bad row it removed (its blob is no cubin) */
+  char *rows = sqlite_query(cache_db, "select count(*) from kernels");
+  ck_assert_str_eq(rows, "0");
+  free(rows);
+}
+END_TEST
+
+/* Files that are not ours are never changed by any command: another
+ * program's SQLite database, and a text file (as `stats --cache
+ * /etc/passwd` would meet). */
+START_TEST(test_other_files_untouched) {
+  char other[1200], text[1200];
+  snprintf(other, sizeof other, "%s/other.db", test_dir);
+  snprintf(text, sizeof text, "%s/passwd", test_dir);
+  char *out = sqlite_query(other, "create table t (x); insert into t values (1)");
+  free(out);
+  sdpa_test_write_file(text, "root:x:0:0:root:/root:/bin/bash\n", 32);
+  const char *files[] = {other, text};
+  const char *commands[] = {"ls", "stats", "verify", "prune --max-bytes 0",
+                            "show 0123456789ab", "preheat --arch 80 --dtype bf16 --head-dim "
+                            "64 --mask none --layout bshd --tiles default"};
+  for (size_t f = 0; f < 2; f++) {
+    size_t before_size = 0;
+    unsigned char *before = sdpa_test_read_file(files[f], &before_size);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+      run_result r = run_cli(test_dir, "--cache '%s' %s", files[f], commands[i]);
+      ck_assert_msg(r.status == 1, "%s on %s exited %d", commands[i], files[f], r.status);
+      ck_assert_msg(strstr(r.err, "left untouched"), "%s: %s", commands[i], r.err);
+      run_result_free(&r);
+      size_t after_size = 0;
+      unsigned char *after = sdpa_test_read_file(files[f], &after_size);
+      ck_assert_msg(after_size == before_size && !memcmp(before, after, before_size),
+                    "%s changed %s", commands[i], files[f]);
+      free(after);
+    }
+    free(before);
+  }
+  ck_assert_int_eq(sdpa_test_count_prefixed(test_dir, "other.db", NULL), 1); /* no -wal */
+  ck_assert_int_eq(sdpa_test_count_prefixed(test_dir, "passwd", NULL), 1);
 }
 END_TEST
 
@@ -564,7 +731,11 @@ static Suite *cli_suite(void) {
   tcase_add_checked_fixture(empty, setup, teardown);
   tcase_set_timeout(empty, 60);
   tcase_add_test(empty, test_path_and_global_options);
+  tcase_add_test(empty, test_unusable_cache_is_an_error);
   tcase_add_test(empty, test_empty_cache);
+  tcase_add_test(empty, test_output_write_errors);
+  tcase_add_test(empty, test_database_strings_escaped);
+  tcase_add_test(empty, test_other_files_untouched);
   suite_add_tcase(s, empty);
 
   TCase *preheat = tcase_create("preheat");
