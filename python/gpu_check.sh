@@ -55,9 +55,10 @@ for step in $steps; do
       note "bench: rc=${PIPESTATUS[0]}: $(grep -h '^Python overhead' "$LOG" | tail -1)" ;;
     train)
       timeout ${TRAIN_S:-60} python3 examples/train_gpt.py --profile --out "$OUT" \
-        --attention "${TRAIN_ATTENTION:-torch,sdpa_jit,sdpa_jit:cudnn}" 2>&1 | tee -a "$LOG"
+        --attention "${TRAIN_ATTENTION:-torch,sdpa_jit,sdpa_jit:flash}" \
+        --tiles-sweep "${TILES_SWEEP:-64,128,8,2;128,64,8,2;64,64,8,2;128,128,8,1}" 2>&1 | tee -a "$LOG"
       note "train (1 GPU): rc=${PIPESTATUS[0]}: $(grep -h '^attention alone' "$LOG" | tail -1)"
-      while read -r line; do note "  $line"; done < <(grep -hE '^  (torch|sdpa_jit) [a-z=]+ +[0-9.n]' "$LOG" | tail -5)
+      while read -r line; do note "  $line"; done < <(grep -hE '^  (torch|sdpa_jit) [a-z=()]+ +[0-9.n]|^    (table|[0-9]+,)' "$LOG" | tail -11)
       while read -r line; do note "  $line"; done < <(grep -hE '^(torch|sdpa_jit[:a-z]*) +[0-9.]+ +[0-9]+ ' "$LOG" | tail -3)
       while read -r line; do note "  $line"; done < <(grep -h ' vs torch: final losses' "$LOG" | tail -2) ;;
     ddp)
@@ -73,7 +74,7 @@ for step in $steps; do
       note "  $(grep -h '^shared cache' "$LOG" | tail -1)"
       note "  $(grep -h '^each key compiled exactly once' "$LOG" | tail -1)"
       note "  $(grep -h '^sdpa_jit ' "$LOG" | tail -1)"
-      note "  $(grep -h 'vs the one-GPU run' "$LOG" | tail -1)" ;;
+      note "  $(grep -h 'vs the one-GPU run' "$LOG" | tail -1)"
     tests)
       SDPA_JIT_TEST_REPORT=$OUT/errors.jsonl timeout ${TESTS_S:-120} python3 -m pytest -p no:cacheprovider \
         -rs -q --timeout 60 --junitxml="$OUT/pytest.xml" python/tests 2>&1 | tee -a "$LOG" | tail -40

@@ -6,15 +6,19 @@ backward runs sdpa-jit.
     out = varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal="bottom_right")  # [T, H, D]
 
 The forward is PyTorch's own fused kernel that returns the log-sum-exp:
+cuDNN's (``aten._scaled_dot_product_cudnn_attention``) where it computes
+the case and PyTorch's dispatcher would pick it (as on Hopper), else
 FlashAttention-2 (``aten._flash_attention_forward``: every mask, GQA,
-varlen), or the memory-efficient kernel
+varlen), else the memory-efficient kernel
 (``aten._scaled_dot_product_efficient_attention``) for the cases flash
 cannot express (top-left causal with seqlen_q < seqlen_kv, head_dim_v <
-head_dim). The backward is sdpa-jit's ``sdpa_bwd_execute``, which reads
+head_dim); ``forward_backend`` (or $SDPA_JIT_TORCH_FORWARD) sets a
+preference. The backward is sdpa-jit's ``sdpa_bwd_execute``, which reads
 PyTorch's tensors where they lie: every tensor by its strides (a
 [B, H, S, D] tensor is a BSHD tensor with its own strides), and the LSE by
-its strides too (flash's packed [B, H, S] or [H, T], the memory-efficient
-kernel's rows padded to 32), so nothing is copied. Inputs whose layout the
+its strides too (flash's and cuDNN's [B, H, S], flash varlen's packed
+[H, T], the memory-efficient kernel's rows padded to 32), so nothing is
+copied. Inputs whose layout the
 kernels cannot read (a last dim that is not contiguous, strides that are
 not multiples of 8 elements, pointers not 16-byte aligned) are copied to a
 contiguous layout first.
@@ -188,23 +192,10 @@ def _device_arch(index):
 
 
 # --------------------------------------------------------------- forward
-# Layout of the forward's outputs as PyTorch's meta functions say, so the
-# fake implementations (which run the same code on fake tensors) and the
-# real ones agree; a real output in another layout is copied into it.
-_expected_layout = {}
-
-
-def _conform(key, tensor, meta_fn):
-    """`tensor`, or a copy of it in the layout meta_fn() (run once per key on
-    meta tensors) gives."""
-    expected = _expected_layout.get(key)
-    if expected is None:
-        meta = meta_fn()
-        expected = _expected_layout[key] = (tuple(meta.shape), tuple(meta.stride()))
-    if tuple(tensor.shape) == expected[0] and tuple(tensor.stride()) == expected[1]:
-        return tensor
-    return torch.empty_strided(expected[0], expected[1], dtype=tensor.dtype,
-                               device=tensor.device).copy_(tensor)
+# The fake implementations run the same code on fake tensors, which runs
+# PyTorch's meta functions; the real ones give their outputs the layouts
+# those say (a real output in another layout is copied into it), so
+# compiled code sees the strides it was traced with.
 
 
 def _is_fake(t):
@@ -218,6 +209,7 @@ def _aligned(*tensors):
 
 
 FORWARDS = ("auto", "flash", "cudnn", "efficient")
+_AUTO, _FLASH, _CUDNN, _EFFICIENT = range(4)
 
 
 def _forward_preference(fn):
@@ -231,34 +223,33 @@ def _forward_preference(fn):
 
 def _dense_forward_kind(sq, skv, d, dv, hq, hkv, mask, wl, wr, prefer=0):
     """How PyTorch's forward computes the mask: ("flash", is_causal, left,
-    right), ("efficient", is_causal) or ("cudnn", is_causal). `prefer`: an
-    index into FORWARDS; a preferred kernel that cannot express the case
-    exactly is passed over. Raises ValueError for a case no fused kernel
-    expresses exactly."""
+    right) or ("efficient", is_causal), and whether cuDNN's forward computes
+    the same (no mask or a square causal one, equal heads and head dims):
+    (kind, cudnn_is_causal or None). `prefer` is an index into FORWARDS.
+    Raises ValueError for a case no fused kernel expresses exactly."""
     fn = "sdpa_jit.torch.attention"
-    square_causal = mask == _NONE or (mask in (_TL, _BR) and sq == skv)
-    if prefer == 2 and square_causal and hq == hkv and d == dv and d in (64, 128):
-        return ("cudnn", mask != _NONE)
-    if prefer == 3 and hq == hkv and (mask in (_NONE, _TL) or (mask == _BR and sq == skv)):
-        return ("efficient", mask != _NONE)
+    square = mask == _NONE or (mask in (_TL, _BR) and sq == skv)
+    cudnn = (mask != _NONE) if square and hq == hkv and d == dv and d in (64, 128) else None
+    if prefer == _EFFICIENT and hq == hkv and (mask in (_NONE, _TL) or (mask == _BR and sq == skv)):
+        return ("efficient", mask != _NONE), None
     if d != dv:
         if mask == _NONE:
-            return ("efficient", False)
+            return ("efficient", False), None
         if mask == _TL or (mask == _BR and sq == skv):
-            return ("efficient", True)
+            return ("efficient", True), None
         raise ValueError(f"{fn}: head_dim_v {dv} != head_dim {d} is supported with no mask or causal "
                          f"top_left (PyTorch's memory-efficient forward; flash needs equal head dims), "
                          f"not with {_MASK_NAMES[Mask(mask)]} at seqlen_q {sq} != seqlen_kv {skv}")
     if mask == _NONE:
-        return ("flash", False, -1, -1)
+        return ("flash", False, -1, -1), cudnn
     if mask == _BR:
-        return ("flash", True, -1, -1)
+        return ("flash", True, -1, -1), cudnn
     if mask == _TL:
         if sq == skv:
-            return ("flash", True, -1, -1)
+            return ("flash", True, -1, -1), cudnn
         if skv < sq < 2 * skv:  # j <= i is the window (-1, sq - skv) on the bottom-right diagonal
-            return ("flash", False, -1, sq - skv)
-        return ("efficient", True)
+            return ("flash", False, -1, sq - skv), None
+        return ("efficient", True), None
     # A window. FlashAttention-2 treats right >= seqlen_kv as unbounded,
     # which is exact only from right >= seqlen_q - 1 on.
     if wr != -1 and wr >= sq - 1:
@@ -266,7 +257,113 @@ def _dense_forward_kind(sq, skv, d, dv, hq, hkv, mask, wl, wr, prefer=0):
     if wr != -1 and wr >= skv:
         raise ValueError(f"{fn}: window right {wr} with seqlen_q {sq} > seqlen_kv {skv} is not expressible "
                          f"in PyTorch's flash forward (it treats right >= seqlen_kv as unbounded)")
-    return ("flash", False, wl, wr)
+    return ("flash", False, wl, wr), None
+
+
+def _run_forward(kind, q, k, v, scale):
+    """PyTorch's fused forward `kind` on [B, H, S, D] tensors: (out, lse)."""
+    name = kind[0]
+    if name == "flash":
+        sq, skv = q.shape[2], k.shape[2]
+        out, lse = _flash_forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, None, sq, skv,
+                                  0.0, kind[1], False, scale=scale, window_size_left=kind[2],
+                                  window_size_right=kind[3])[:2]
+        return out.transpose(1, 2), lse
+    if name == "cudnn":
+        out, lse = _cudnn_forward(q, k, v, None, True, 0.0, kind[1], False, scale=scale)[:2]
+        return out, lse[..., 0]  # [B, H, S, 1]: flash's [B, H, S] layout
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    return tuple(_efficient_forward(q, k, v, None, True, 0.0, kind[1], scale=scale)[:2])
+
+
+_flash_forward = torch.ops.aten._flash_attention_forward.default
+_cudnn_forward = torch.ops.aten._scaled_dot_product_cudnn_attention.default
+_efficient_forward = torch.ops.aten._scaled_dot_product_efficient_attention.default
+
+
+class _Forward:
+    """What the forward of one signature (shapes, strides, dtype, mask,
+    preference) runs: the kernel, and the layouts its outputs must have
+    (those of the meta kernel the fake implementation runs)."""
+    __slots__ = ("kind", "out_layout", "lse_layout")
+
+    def __init__(self, kind, out_layout, lse_layout):
+        self.kind, self.out_layout, self.lse_layout = kind, out_layout, lse_layout
+
+
+_forwards = {}
+
+
+def _pytorch_picks_cudnn(q, k, v, is_causal, scale):
+    """Whether F.scaled_dot_product_attention would run cuDNN on these
+    inputs (its own checks and the user's backend settings)."""
+    try:
+        from torch.nn.attention import SDPBackend
+        return torch._fused_sdp_choice(q, k, v, is_causal=is_causal, scale=scale) == \
+            int(SDPBackend.CUDNN_ATTENTION)
+    except Exception:
+        return False
+
+
+def _forward_dense(q, k, v, mask, wl, wr, scale, prefer=0):
+    """(out [B, H, Sq, Dv], lse) by PyTorch's fused forward: the kernel of
+    _dense_forward_kind (what the fake implementation runs on meta tensors),
+    or cuDNN's where it computes the same and is preferred (prefer
+    "cudnn", or "auto" where PyTorch itself would pick cuDNN), its outputs
+    in the same layouts."""
+    if not _is_fake(q):
+        key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, mask, wl, wr, prefer)
+        plan = _forwards.get(key)
+        if plan is not None and not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15):
+            out, lse = _run_forward(plan.kind, q, k, v, scale)
+            if out.stride() != plan.out_layout[1] or lse.stride() != plan.lse_layout[1]:
+                out = _into_layout(out, plan.out_layout)
+                lse = _into_layout(lse, plan.lse_layout)
+            return out, lse
+    return _forward_dense_slow(q, k, v, mask, wl, wr, scale, prefer)
+
+
+def _into_layout(t, layout):
+    shape, stride = layout
+    if tuple(t.shape) == shape and tuple(t.stride()) == stride:
+        return t
+    return torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def _forward_dense_slow(q, k, v, mask, wl, wr, scale, prefer):
+    b, hq, sq, d = q.shape
+    hkv, skv, dv = k.shape[1], k.shape[2], v.shape[3]
+    _check_supported("sdpa_jit.torch.attention", q.device, q.dtype, d, dv, Layout.BSHD)
+    if b == 0 or hq == 0 or sq == 0 or skv == 0:
+        return _empty_forward(q, v, sq)
+    original = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride())
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    kind, cudnn_causal = _dense_forward_kind(sq, skv, d, dv, hq, hkv, mask, wl, wr, prefer)
+    if _is_fake(q):
+        return _run_forward(kind, q, k, v, scale)
+    q, k, v = _aligned(q, k, v)
+    with torch.no_grad():
+        metas = _run_forward(kind, *(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+                                     for t in (q, k, v)), scale)
+    layouts = [(tuple(m.shape), tuple(m.stride())) for m in metas]
+    run = kind
+    if cudnn_causal is not None and (prefer == _CUDNN or (prefer == _AUTO and _pytorch_picks_cudnn(
+            q, k, v, cudnn_causal, scale))):
+        run = ("cudnn", cudnn_causal)
+    try:
+        out, lse = _run_forward(run, q, k, v, scale)
+    except RuntimeError:
+        if run is kind:
+            raise
+        run = kind  # cuDNN refused these inputs: the kernel the meta layouts are of
+        out, lse = _run_forward(run, q, k, v, scale)
+    out, lse = _into_layout(out, layouts[0]), _into_layout(lse, layouts[1])
+    if original == (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride()):
+        _forwards[original + (q.dtype, mask, wl, wr, prefer)] = _Forward(run, *layouts)
+    return out, lse
 
 
 def _empty_forward(q, v, sq):
@@ -275,62 +372,6 @@ def _empty_forward(q, v, sq):
     b, h = q.shape[0], q.shape[1]
     out = torch.zeros(b, sq, h, v.shape[-1], dtype=q.dtype, device=q.device).transpose(1, 2)
     lse = torch.full((b, h, sq), float("inf"), dtype=torch.float32, device=q.device)
-    return out, lse
-
-
-def _forward_dense(q, k, v, mask, wl, wr, scale, prefer=0):
-    """(out [B, H, Sq, Dv], lse) by PyTorch's fused forward."""
-    b, hq, sq, d = q.shape
-    hkv, skv, dv = k.shape[1], k.shape[2], v.shape[3]
-    _check_supported("sdpa_jit.torch.attention", q.device, q.dtype, d, dv, Layout.BSHD)
-    if b == 0 or hq == 0 or sq == 0 or skv == 0:
-        return _empty_forward(q, v, sq)
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    shapes = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride())
-    real = not _is_fake(q)
-    if real:
-        q, k, v = _aligned(q, k, v)
-    kind = _dense_forward_kind(sq, skv, d, dv, hq, hkv, mask, wl, wr, prefer)
-    if kind[0] == "flash":
-        _, is_causal, left, right = kind
-
-        def run(q, k, v):
-            out, lse = torch.ops.aten._flash_attention_forward(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, None, sq, skv, 0.0,
-                is_causal, False, scale=scale, window_size_left=left, window_size_right=right)[:2]
-            return out.transpose(1, 2), lse
-    elif kind[0] == "cudnn":
-        is_causal = kind[1]
-
-        def run(q, k, v):
-            # LSE [B, H, Sq, 1]: read by its strides like the others
-            return torch.ops.aten._scaled_dot_product_cudnn_attention(
-                q, k, v, None, True, 0.0, is_causal, False, scale=scale)[:2]
-    else:
-        is_causal = kind[1]
-        group = hq // hkv
-
-        def run(q, k, v):
-            if group > 1:
-                k = k.repeat_interleave(group, dim=1)
-                v = v.repeat_interleave(group, dim=1)
-            out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
-                q, k, v, None, True, 0.0, is_causal, scale=scale)[:2]
-            return out, lse
-    out, lse = run(q, k, v)
-    if real:
-        key = (kind,) + shapes
-        metas = []
-
-        def meta(i):
-            if not metas:
-                with torch.no_grad():
-                    metas.extend(run(*(torch.empty_strided(shape, stride, dtype=q.dtype, device="meta")
-                                       for shape, stride in zip(shapes[::2], shapes[1::2]))))
-            return metas[i]
-
-        out = _conform(key + ("out",), out, lambda: meta(0))
-        lse = _conform(key + ("lse",), lse, lambda: meta(1))
     return out, lse
 
 
@@ -735,10 +776,14 @@ class _VarlenFunction(torch.autograd.Function):
 # When False, eager calls go through the custom ops too (tests use both).
 eager_function = True
 
-# Which PyTorch forward kernel to prefer (FORWARDS): "auto" (FlashAttention-2,
-# the memory-efficient kernel where flash cannot express the case), "flash",
-# "cudnn" (cuDNN where it applies: equal heads and head dims 64 or 128, no
-# mask or a square causal mask), "efficient". Read by each call.
+# Which PyTorch forward kernel to prefer (FORWARDS): "auto" (cuDNN where it
+# computes the case and F.scaled_dot_product_attention's own dispatcher
+# would pick it for these inputs, as it does on Hopper, else
+# FlashAttention-2, else the memory-efficient kernel where flash cannot
+# express the case), "flash", "cudnn" (cuDNN wherever it computes the case:
+# equal heads, head dims 64 or 128, no mask or a square causal one),
+# "efficient". Read by each call; the choice for a signature (shapes,
+# strides, mask) is made on its first call.
 forward_backend = os.environ.get("SDPA_JIT_TORCH_FORWARD", "auto")
 
 

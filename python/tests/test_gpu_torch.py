@@ -233,6 +233,33 @@ def test_forward_backends_against_reference(case, forward):
     test_dense_against_reference(case)
 
 
+@gpu
+def test_auto_forward_follows_pytorchs_choice():
+    """"auto" runs cuDNN's forward where F.scaled_dot_product_attention's
+    dispatcher would, and flash under sdpa_kernel(FLASH_ATTENTION); either
+    way the outputs have the layouts the fake implementation gives."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    b, h, s, d = 2, 4, 320, 64
+    for backend in (None, SDPBackend.FLASH_ATTENTION):
+        st._forwards.clear()
+        q, k, v = (randn(b, s, h, d).transpose(1, 2) for _ in range(3))
+        if backend is None:
+            out, lse = torch.ops.sdpa_jit.attention_forward(q, k, v, 1, -1, -1, d ** -0.5, False, 0)
+            picked = torch._fused_sdp_choice(q, k, v, is_causal=True)
+            expected = "cudnn" if picked == int(SDPBackend.CUDNN_ATTENTION) else "flash"
+        else:
+            with sdpa_kernel(backend):
+                out, lse = torch.ops.sdpa_jit.attention_forward(q, k, v, 1, -1, -1, d ** -0.5, False, 0)
+            expected = "flash"
+        (plan,) = st._forwards.values()
+        assert plan.kind[0] == expected
+        assert out.stride() == (s * h * d, d, h * d, 1) and lse.shape == (b, h, s) and lse.stride() == (h * s, s, 1)
+        ok = visible(s, s, "top_left", None, "cuda")
+        ref = reference(q, k, v, ok, d ** -0.5)
+        assert (out.double() - ref).abs().max().item() <= 4 * UNIT_ROUNDOFF[torch.bfloat16] * ref.abs().max().item()
+        report(f"auto-forward-{'default' if backend is None else 'flash'}", kind=plan.kind[0])
+
+
 # ------------------------------------------------- strides and layouts
 
 
