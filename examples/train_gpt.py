@@ -268,27 +268,22 @@ def profile_attention(args, device, runs=20):
         print(f"  {name:<20} {fwd:8.3f} {total:11.3f} {total - fwd:8.3f}")
     tiles = []
     if args.tiles_sweep:
-        # sdpa-jit's backward alone with other tiles (SDPA_JIT_TILES, read when a plan is made)
+        # sdpa-jit's backward alone with other tiles (plan options)
         with torch.no_grad():
             out, lse = st._forward_dense(q, k, v, 1, -1, -1, d ** -0.5)
-        saved = os.environ.get("SDPA_JIT_TILES")
         for config in [None] + args.tiles_sweep.split(";"):
             if config:
-                os.environ["SDPA_JIT_TILES"] = config
+                st.set_plan_options(**dict(zip(("q_tile", "kv_tile", "warps", "stages"),
+                                               map(int, config.split(",")))))
             else:
-                os.environ.pop("SDPA_JIT_TILES", None)
-            st.clear_plans()
+                st.set_plan_options()
             try:
                 bwd = time_ms(lambda: st._backward_dense(dout, q, k, v, out, lse, 1, -1, -1, d ** -0.5, False))
                 key = st.compile_records()[-1]["key"]
                 tiles.append((config or "table", bwd, key))
             except Exception as e:
                 tiles.append((config or "table", float("nan"), str(e).splitlines()[0][:120]))
-        if saved is None:
-            os.environ.pop("SDPA_JIT_TILES", None)
-        else:
-            os.environ["SDPA_JIT_TILES"] = saved
-        st.clear_plans()
+        st.set_plan_options()
         print("  sdpa-jit backward alone by tiles (q_tile,kv_tile,warps,stages):")
         for config, bwd, key in tiles:
             print(f"    {config:<14} {bwd:8.3f} ms  {key}")
@@ -357,8 +352,8 @@ def main():
     ap.add_argument("--profile", action="store_true",
                     help="first time the attention alone at the model's shape, for each variant")
     ap.add_argument("--tiles-sweep", default="",
-                    help="with --profile: also time sdpa-jit's backward with these SDPA_JIT_TILES configs "
-                         "(';'-separated, e.g. '64,128,8,2;128,64,8,2')")
+                    help="with --profile: also time sdpa-jit's backward with these tiles (plan options "
+                         "q_tile,kv_tile,warps,stages; ';'-separated, e.g. '64,128,8,2;128,64,8,2')")
     ap.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--tolerance", type=float, default=0.01, help="final losses agree within this fraction")

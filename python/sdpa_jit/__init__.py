@@ -14,14 +14,15 @@ allowed.
 """
 from ._version import __version__
 from ._capi import (
-    BwdDesc, BwdTensors, CacheEntry, CacheStats, Dtype, Layout, LogLevel, LseStrides, Mask,
-    RuntimeOptions, Source, Status, Strides,
+    BwdDesc, BwdPlanInfo, BwdPlanOptions, BwdTensors, CacheAccess, CacheEntry, CacheStats, DqWriter,
+    Dtype, Family, Layout, LogLevel, LseStrides, Mask, RuntimeOptions, Source, Status, Strides, Switch,
     CacheError, CompileFailedError, DeviceError, DriverError, InternalError,
     InvalidArgumentError, LibraryNotFoundError, NoDeviceError, NotCompiledError, NotFoundError,
     NotSupportedError, OutOfMemoryError, SdpaError,
     LIBRARY_ENV, find_library_path, library, library_candidates, load_library,
 )
-from .runtime import READONLY_CACHE_ENV, CacheRow, Plan, Runtime, configure, default_runtime
+from .runtime import (READONLY_CACHE_ENV, CacheRow, Plan, Runtime, cache_default_location, configure,
+                      default_runtime)
 
 
 def library_version():
@@ -31,11 +32,12 @@ def library_version():
 
 __all__ = [
     "__version__", "library_version",
-    "BwdDesc", "BwdTensors", "CacheEntry", "CacheStats", "Dtype", "Layout", "LogLevel", "LseStrides",
-    "Mask", "RuntimeOptions", "Source", "Status", "Strides",
+    "BwdDesc", "BwdPlanInfo", "BwdPlanOptions", "BwdTensors", "CacheAccess", "CacheEntry", "CacheStats",
+    "DqWriter", "Dtype", "Family", "Layout", "LogLevel", "LseStrides", "Mask", "RuntimeOptions", "Source",
+    "Status", "Strides", "Switch",
     "SdpaError", "CacheError", "CompileFailedError", "DeviceError", "DriverError", "InternalError",
     "InvalidArgumentError", "LibraryNotFoundError", "NoDeviceError", "NotCompiledError",
     "NotFoundError", "NotSupportedError", "OutOfMemoryError",
     "LIBRARY_ENV", "READONLY_CACHE_ENV", "find_library_path", "library", "library_candidates",
-    "load_library", "CacheRow", "Plan", "Runtime", "configure", "default_runtime",
+    "load_library", "CacheRow", "Plan", "Runtime", "cache_default_location", "configure", "default_runtime",
 ]

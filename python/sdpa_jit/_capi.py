@@ -43,9 +43,11 @@ import threading
 from ._version import __version__
 
 __all__ = [
-    "Status", "Dtype", "Layout", "Mask", "Source", "LogLevel",
-    "Strides", "LseStrides", "RuntimeOptions", "BwdDesc", "BwdTensors",
-    "CacheEntry", "CacheStats", "LOG_FN", "PROTOTYPES",
+    "Status", "Dtype", "Layout", "Mask", "Source", "LogLevel", "CacheAccess", "Family",
+    "DqWriter", "Switch",
+    "Strides", "LseStrides", "RuntimeOptions", "BwdDesc", "BwdPlanOptions", "BwdPlanInfo",
+    "BwdTensors", "CacheEntry", "CacheStats", "LOG_FN", "CACHE_ENTRY_FN", "CACHE_PROBLEM_FN",
+    "PROTOTYPES",
     "SdpaError", "LibraryNotFoundError", "InvalidArgumentError",
     "NotSupportedError", "OutOfMemoryError", "CompileFailedError",
     "DriverError", "NoDeviceError", "CacheError", "NotFoundError",
@@ -111,6 +113,34 @@ class Source(enum.IntEnum):
     SHIPPED = 2
     DISK = 3
     COMPILED = 4
+
+
+class CacheAccess(enum.IntEnum):
+    """sdpa_cache_access: how the runtime may use the user's database."""
+    READ_WRITE = 0
+    READ_ONLY = 1
+    READ_WRITE_EXISTING = 2
+
+
+class Family(enum.IntEnum):
+    """sdpa_family: kernel families (a key field)."""
+    AUTO = 0
+    MMA = 1
+    HOPPER = 2
+
+
+class DqWriter(enum.IntEnum):
+    """sdpa_dq_writer: who writes dQ (a key field)."""
+    DEFAULT = 0
+    CONVERT = 1
+    MAIN = 2
+
+
+class Switch(enum.IntEnum):
+    """sdpa_switch: a two-valued plan choice."""
+    DEFAULT = 0
+    ON = 1
+    OFF = 2
 
 
 # ---------------------------------------------------------------- structs
@@ -187,7 +217,7 @@ LOG_FN = ctypes.CFUNCTYPE(None, c_enum, ctypes.c_char_p, ctypes.c_void_p)
 
 class RuntimeOptions(Struct):
     """sdpa_runtime_options (SDPA_RUNTIME_OPTIONS_INIT: all zero but version)."""
-    _version_ = 1
+    _version_ = 2
     _fields_ = [
         ("version", ctypes.c_uint),
         ("cache_path", ctypes.c_char_p),
@@ -198,6 +228,10 @@ class RuntimeOptions(Struct):
         ("arch", ctypes.c_int),
         ("log", LOG_FN),
         ("log_user", ctypes.c_void_p),
+        # version 2
+        ("cache_access", c_enum),
+        ("cache_required", ctypes.c_int),
+        ("cache_key_file", ctypes.c_char_p),
     ]
 
 
@@ -227,6 +261,42 @@ class BwdDesc(Struct):
         ("scale", ctypes.c_float),
         ("deterministic", ctypes.c_int),
         ("arch", ctypes.c_int),
+    ]
+
+
+class BwdPlanOptions(Struct):
+    """sdpa_bwd_plan_options: tuning and testing choices beyond the
+    descriptor (SDPA_BWD_PLAN_OPTIONS_INIT: all zero, "the runtime's
+    default", but version)."""
+    _version_ = 1
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("family", c_enum),
+        ("q_tile", ctypes.c_int), ("kv_tile", ctypes.c_int),
+        ("warps", ctypes.c_int), ("stages", ctypes.c_int),
+        ("dq_writer", c_enum),
+        ("small_grid", c_enum),
+        ("graphs", c_enum),
+        ("order_group", ctypes.c_int),
+        ("config_arch", ctypes.c_int),
+    ]
+
+
+class BwdPlanInfo(Struct):
+    """sdpa_bwd_plan_info: what a plan chose and what its last compile did
+    (strings owned by the plan)."""
+    _version_ = 1
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("family", c_enum),
+        ("family_reason", ctypes.c_char_p),
+        ("q_tile", ctypes.c_int), ("kv_tile", ctypes.c_int),
+        ("warps", ctypes.c_int), ("stages", ctypes.c_int),
+        ("smem_bytes", ctypes.c_int),
+        ("dq_writer", c_enum),
+        ("graphs", ctypes.c_int),
+        ("source", c_enum),
+        ("stored", ctypes.c_int),
     ]
 
 
@@ -262,6 +332,12 @@ class CacheEntry(Struct):
         ("created", ctypes.c_int64), ("last_used", ctypes.c_int64),
         ("hits", ctypes.c_int64),
         ("readonly", ctypes.c_int),
+        # the second cache layout's key fields (NULL / -1 on older rows)
+        ("family", ctypes.c_char_p),
+        ("lse", ctypes.c_char_p),
+        ("deterministic", ctypes.c_int),
+        ("even", ctypes.c_int),
+        ("dq", ctypes.c_char_p),
     ]
 
 
@@ -277,6 +353,12 @@ class CacheStats(Struct):
     ]
 
 
+# typedef int (*sdpa_cache_entry_fn)(const sdpa_cache_entry *, void *user)
+CACHE_ENTRY_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(CacheEntry), ctypes.c_void_p)
+# typedef void (*sdpa_cache_problem_fn)(key_hash, key_text, problem, removed, user)
+CACHE_PROBLEM_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int,
+                                    ctypes.c_void_p)
+
 # ------------------------------------------------------------- prototypes
 _p = ctypes.POINTER
 _vp = ctypes.c_void_p
@@ -291,8 +373,11 @@ PROTOTYPES = {
     "sdpa_runtime_create": (c_enum, [_p(_vp), _p(RuntimeOptions)]),
     "sdpa_runtime_destroy": (None, [_vp]),
     "sdpa_runtime_cache_path": (ctypes.c_char_p, [_vp]),
+    "sdpa_cache_default_location": (ctypes.c_char_p, [ctypes.c_char_p, ctypes.c_size_t]),
     "sdpa_runtime_arch": (ctypes.c_int, [_vp]),
     "sdpa_bwd_plan_create": (c_enum, [_p(_vp), _vp, _p(BwdDesc)]),
+    "sdpa_bwd_plan_create_with": (c_enum, [_p(_vp), _vp, _p(BwdDesc), _p(BwdPlanOptions)]),
+    "sdpa_bwd_plan_query": (c_enum, [_vp, _p(BwdPlanInfo)]),
     "sdpa_bwd_plan_destroy": (None, [_vp]),
     "sdpa_bwd_workspace_size": (ctypes.c_size_t, [_vp]),
     "sdpa_bwd_plan_key": (ctypes.c_char_p, [_vp]),
@@ -301,12 +386,15 @@ PROTOTYPES = {
     "sdpa_bwd_plan_compile_log": (ctypes.c_char_p, [_vp]),
     "sdpa_bwd_execute": (c_enum, [_vp, _p(BwdTensors), _vp, ctypes.c_size_t, _vp]),
     "sdpa_bwd_sync_check": (c_enum, [_vp, _vp]),
+    "sdpa_cache_foreach": (c_enum, [_vp, CACHE_ENTRY_FN, _vp]),
     "sdpa_cache_list": (c_enum, [_vp, _p(_p(CacheEntry)), _p(ctypes.c_size_t)]),
     "sdpa_cache_entries_free": (None, [_p(CacheEntry), ctypes.c_size_t]),
     "sdpa_cache_get": (c_enum, [_vp, ctypes.c_char_p, _p(_p(CacheEntry))]),
     "sdpa_cache_get_cubin": (c_enum, [_vp, ctypes.c_char_p, _p(_vp), _p(ctypes.c_size_t)]),
     "sdpa_free": (None, [_vp]),
     "sdpa_cache_stats_get": (c_enum, [_vp, _p(CacheStats)]),
+    "sdpa_cache_verify_report": (c_enum, [_vp, CACHE_PROBLEM_FN, _vp, _p(ctypes.c_int64),
+                                          _p(ctypes.c_int64)]),
     "sdpa_cache_verify": (c_enum, [_vp, _p(ctypes.c_int64), _p(ctypes.c_int64)]),
     "sdpa_cache_prune": (c_enum, [_vp, ctypes.c_int64, ctypes.c_int64, _p(ctypes.c_int64)]),
 }

@@ -29,9 +29,11 @@ import threading
 import weakref
 
 from . import _capi
-from ._capi import BwdDesc, LogLevel, RuntimeOptions, Source, check, error_for
+from ._capi import (BwdDesc, BwdPlanInfo, BwdPlanOptions, CacheAccess, LogLevel, RuntimeOptions, Source, check,
+                    error_for)
 
-__all__ = ["Runtime", "Plan", "CacheRow", "default_runtime", "configure", "READONLY_CACHE_ENV"]
+__all__ = ["Runtime", "Plan", "CacheRow", "default_runtime", "configure", "cache_default_location",
+           "READONLY_CACHE_ENV"]
 
 READONLY_CACHE_ENV = "SDPA_JIT_READONLY_CACHE"
 
@@ -50,11 +52,16 @@ class Runtime:
         major*10+minor for plans whose descriptor says 0 (0: the current
         device's; lets a machine without a GPU compile); log: a callable
         ``log(level: LogLevel, message: str)`` for warnings and notes (None:
-        one line on stderr per warning).
+        one line on stderr per warning); cache_access: a CacheAccess
+        (READ_ONLY: open an existing database, write nothing); cache_required:
+        a database that cannot be used is a CacheError instead of a warning
+        and memory; cache_key_file: the secret of keyed checksums (None:
+        $SDPA_JIT_CACHE_KEY_FILE, else $SDPA_JIT_CACHE_KEY, else none).
     """
 
     def __init__(self, *, cache_path=None, readonly_cache_paths=(), disable_disk_cache=False,
-                 cache_max_bytes=0, arch=0, log=None, library=None):
+                 cache_max_bytes=0, arch=0, log=None, cache_access=CacheAccess.READ_WRITE,
+                 cache_required=False, cache_key_file=None, library=None):
         lib = library or _capi.library()
         self._lib = lib
         self._handle = None
@@ -77,6 +84,11 @@ class Runtime:
         opts.disable_disk_cache = 1 if disable_disk_cache else 0
         opts.cache_max_bytes = int(cache_max_bytes)
         opts.arch = int(arch)
+        opts.cache_access = int(CacheAccess(cache_access))
+        opts.cache_required = 1 if cache_required else 0
+        if cache_key_file is not None:
+            opts.cache_key_file = os.fsencode(cache_key_file)
+            keep.append(opts.cache_key_file)
         if log is not None:
             if not callable(log):
                 raise TypeError(f"log must be a callable log(level, message), not {type(log).__name__}")
@@ -92,7 +104,9 @@ class Runtime:
         self._keep = keep  # alive as long as the runtime: the C side holds pointers
         self.options = {"cache_path": cache_path, "readonly_cache_paths": tuple(readonly_cache_paths),
                         "disable_disk_cache": bool(disable_disk_cache),
-                        "cache_max_bytes": int(cache_max_bytes), "arch": int(arch)}
+                        "cache_max_bytes": int(cache_max_bytes), "arch": int(arch),
+                        "cache_access": CacheAccess(cache_access), "cache_required": bool(cache_required),
+                        "cache_key_file": cache_key_file}
         handle = ctypes.c_void_p()
         check(lib.sdpa_runtime_create(ctypes.byref(handle), ctypes.byref(opts)), "sdpa_runtime_create", lib)
         self._handle = handle.value
@@ -141,13 +155,16 @@ class Runtime:
         return arch
 
     # -- plans
-    def plan(self, desc=None, **fields):
-        """A Plan for `desc` (a BwdDesc), or for BwdDesc.init(**fields)."""
+    def plan(self, desc=None, options=None, **fields):
+        """A Plan for `desc` (a BwdDesc), or for BwdDesc.init(**fields);
+        `options` a BwdPlanOptions or a dict of its fields (family, tiles,
+        dq_writer, small_grid, graphs, ...), None for the runtime's
+        defaults."""
         if desc is None:
             desc = BwdDesc.init(**fields)
         elif fields:
             raise TypeError("give a BwdDesc or its fields, not both")
-        return Plan(self, desc)
+        return Plan(self, desc, options)
 
     # -- cache
     def cache_list(self):
@@ -193,11 +210,27 @@ class Runtime:
               self._lib)
         return CacheTotals(**stats.as_dict())
 
-    def cache_verify(self):
-        """Checks every row's checksum; returns (checked, removed)."""
+    def cache_verify(self, report=None):
+        """Checks every row (checksum, MAC with a keyed checksum, a cubin for
+        its arch) and removes the failing ones from the user's database;
+        returns (checked, removed). `report`, a callable
+        ``report(key_hash, key_text, problem, removed)``, hears of each."""
         checked, removed = ctypes.c_int64(), ctypes.c_int64()
-        check(self._lib.sdpa_cache_verify(self.handle, ctypes.byref(checked), ctypes.byref(removed)),
-              "sdpa_cache_verify", self._lib)
+        if report is None:
+            check(self._lib.sdpa_cache_verify(self.handle, ctypes.byref(checked), ctypes.byref(removed)),
+                  "sdpa_cache_verify", self._lib)
+            return checked.value, removed.value
+
+        def trampoline(key_hash, key_text, problem, was_removed, user):
+            try:
+                report(*(x.decode(errors="replace") if x else "" for x in (key_hash, key_text, problem)),
+                       bool(was_removed))
+            except Exception:  # never raise into C
+                pass
+
+        callback = _capi.CACHE_PROBLEM_FN(trampoline)
+        check(self._lib.sdpa_cache_verify_report(self.handle, callback, None, ctypes.byref(checked),
+                                                 ctypes.byref(removed)), "sdpa_cache_verify_report", self._lib)
         return checked.value, removed.value
 
     def cache_prune(self, max_bytes=-1, older_than_seconds=-1):
@@ -221,7 +254,7 @@ class Plan:
     __slots__ = ("runtime", "handle", "desc", "workspace_size", "key", "key_hash", "source", "_lib",
                  "__weakref__")
 
-    def __init__(self, runtime, desc):
+    def __init__(self, runtime, desc, options=None):
         if not isinstance(desc, BwdDesc):
             raise TypeError(f"desc must be an sdpa_jit.BwdDesc, not {type(desc).__name__}")
         lib = runtime._lib
@@ -229,8 +262,17 @@ class Plan:
         self.handle = None
         self.runtime = runtime
         handle = ctypes.c_void_p()
-        check(lib.sdpa_bwd_plan_create(ctypes.byref(handle), runtime.handle, ctypes.byref(desc)),
-              "sdpa_bwd_plan_create", lib)
+        if options is None:
+            check(lib.sdpa_bwd_plan_create(ctypes.byref(handle), runtime.handle, ctypes.byref(desc)),
+                  "sdpa_bwd_plan_create", lib)
+        else:
+            if isinstance(options, dict):
+                options = BwdPlanOptions.init(**options)
+            if not isinstance(options, BwdPlanOptions):
+                raise TypeError(f"options must be an sdpa_jit.BwdPlanOptions or a dict of its fields, not "
+                                f"{type(options).__name__}")
+            check(lib.sdpa_bwd_plan_create_with(ctypes.byref(handle), runtime.handle, ctypes.byref(desc),
+                                                ctypes.byref(options)), "sdpa_bwd_plan_create_with", lib)
         self.handle = handle.value
         self.desc = desc
         self.workspace_size = lib.sdpa_bwd_workspace_size(self.handle)
@@ -250,6 +292,18 @@ class Plan:
             raise error_for(lib, status, "sdpa_bwd_compile", log=self.compile_log)
         self.source = Source(source.value)
         return self.source
+
+    def info(self):
+        """What the plan chose and its last compile did (sdpa_bwd_plan_query):
+        a dict of BwdPlanInfo's fields, enums as Family / DqWriter / Source."""
+        info = BwdPlanInfo.init()
+        check(self._lib.sdpa_bwd_plan_query(self._live(), ctypes.byref(info)), "sdpa_bwd_plan_query", self._lib)
+        out = info.as_dict()
+        out["family"] = _capi.Family(out["family"])
+        out["dq_writer"] = _capi.DqWriter(out["dq_writer"])
+        out["source"] = Source(out["source"])
+        del out["version"]
+        return out
 
     @property
     def compile_log(self):
@@ -287,6 +341,15 @@ class Plan:
 
     def __repr__(self):
         return f"Plan({self.key!r}, workspace_size={self.workspace_size})"
+
+
+def cache_default_location():
+    """Where the user's cache database is by default ($SDPA_JIT_CACHE, else
+    the XDG location, else ~/.cache/..., else a temporary directory); the
+    library computes it and creates nothing."""
+    lib = _capi.library()
+    buf = ctypes.create_string_buffer(4096)
+    return os.fsdecode(lib.sdpa_cache_default_location(buf, len(buf)))
 
 
 # ------------------------------------------------------- default runtime

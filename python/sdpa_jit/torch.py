@@ -61,7 +61,7 @@ from ._capi import BwdDesc, BwdTensors, Dtype, Layout, LseStrides, Mask, Source,
 from .runtime import Plan, default_runtime
 
 __all__ = ["attention", "varlen_attention", "compile_records", "plan_count", "clear_plans",
-           "PLAN_CACHE_SIZE"]
+           "set_plan_options", "forward_backend", "FORWARDS", "PLAN_CACHE_SIZE"]
 
 PLAN_CACHE_SIZE = 1024
 
@@ -428,10 +428,26 @@ def _current_stream(index):
     return torch.cuda.current_stream(index).cuda_stream
 
 
+_plan_options = None  # a BwdPlanOptions for every plan made, or None
+_plan_options_epoch = 0  # part of every plan's cache key
+
+
+def set_plan_options(**fields):
+    """Tuning: the sdpa_bwd_plan_options fields (family, q_tile, kv_tile,
+    warps, stages, dq_writer, small_grid, graphs, order_group) every plan
+    made from now on gets; no arguments: the runtime's defaults again."""
+    global _plan_options, _plan_options_epoch
+    options = _capi.BwdPlanOptions.init(**fields) if fields else None
+    with _plans_lock:
+        _plan_options = options
+        _plan_options_epoch += 1
+
+
 def compile_records():
     """One dict per kernel compile this process asked for: device, key,
-    key_hash, source ("MEMORY", "SHIPPED", "DISK", "COMPILED"), seconds and
-    reason ("first use" or "not loaded in this context")."""
+    key_hash, source ("MEMORY", "SHIPPED", "DISK", "COMPILED"), seconds,
+    reason ("first use" or "not loaded in this context"), and the plan's
+    family, family_reason and tiles (q_tile, kv_tile, warps, stages)."""
     with _records_lock:
         return [dict(r) for r in _records]
 
@@ -453,6 +469,12 @@ def _compile(plan, device_index, reason):
         source = plan.compile()
     record = {"device": device_index, "key": plan.key, "key_hash": plan.key_hash, "source": source.name,
               "seconds": time.perf_counter() - start, "reason": reason}
+    try:
+        info = plan.info()
+        record.update(family=info["family"].name, family_reason=info["family_reason"],
+                      tiles=(info["q_tile"], info["kv_tile"], info["warps"], info["stages"]))
+    except (_capi.SdpaError, AttributeError):
+        pass
     with _records_lock:
         _records.append(record)
     return source
@@ -572,7 +594,7 @@ def _backward_into(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, max_q, 
     outputs computed in a contiguous copy and copied back)."""
     device = q.device
     index = device.index
-    key = (thd, index, q.dtype, params, max_q, max_k, q.shape, k.shape, v.shape, lse.shape,
+    key = (thd, index, _plan_options_epoch, q.dtype, params, max_q, max_k, q.shape, k.shape, v.shape, lse.shape,
            cu_q.shape if thd else None, q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(),
            lse.stride(), dq.stride(), dk.stride(), dv.stride())
     entry = _plans.get(key)
@@ -635,7 +657,7 @@ def _make_entry(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, max_q, max_k, pa
         dout=_strides(dout, dims), dq=_strides(dq, dims), dk=_strides(dk, dims), dv=_strides(dv, dims),
         lse=_lse_strides(lse, lse_dims), mask=mask, window_left=wl, window_right=wr, scale=scale,
         deterministic=1 if deterministic else 0, arch=_device_arch(index), **extra)
-    plan = Plan(default_runtime(), desc)
+    plan = Plan(default_runtime(), desc, _plan_options)
     _compile(plan, index, "first use")
     return _Entry(plan, fix_in, fix_out)
 

@@ -37,6 +37,8 @@ STRUCTS = {
     _capi.RuntimeOptions: "sdpa_runtime_options",
     _capi.BwdDesc: "sdpa_bwd_desc",
     _capi.BwdTensors: "sdpa_bwd_tensors",
+    _capi.BwdPlanOptions: "sdpa_bwd_plan_options",
+    _capi.BwdPlanInfo: "sdpa_bwd_plan_info",
     _capi.CacheEntry: "sdpa_cache_entry",
     _capi.CacheStats: "sdpa_cache_stats",
 }
@@ -44,6 +46,8 @@ INITS = {  # struct -> (C type, *_INIT macro, *_VERSION macro)
     _capi.RuntimeOptions: ("sdpa_runtime_options", "SDPA_RUNTIME_OPTIONS_INIT", "SDPA_RUNTIME_OPTIONS_VERSION"),
     _capi.BwdDesc: ("sdpa_bwd_desc", "SDPA_BWD_DESC_INIT", "SDPA_BWD_DESC_VERSION"),
     _capi.BwdTensors: ("sdpa_bwd_tensors", "SDPA_BWD_TENSORS_INIT", "SDPA_BWD_TENSORS_VERSION"),
+    _capi.BwdPlanOptions: ("sdpa_bwd_plan_options", "SDPA_BWD_PLAN_OPTIONS_INIT", "SDPA_BWD_PLAN_OPTIONS_VERSION"),
+    _capi.BwdPlanInfo: ("sdpa_bwd_plan_info", "SDPA_BWD_PLAN_INFO_INIT", "SDPA_BWD_PLAN_INFO_VERSION"),
 }
 ENUMS = {
     _capi.Status: "SDPA_STATUS_",
@@ -52,6 +56,10 @@ ENUMS = {
     _capi.Layout: "SDPA_LAYOUT_",
     _capi.Mask: "SDPA_MASK_",
     _capi.Source: "SDPA_SOURCE_",
+    _capi.CacheAccess: "SDPA_CACHE_",
+    _capi.Family: "SDPA_FAMILY_",
+    _capi.DqWriter: "SDPA_DQ_",
+    _capi.Switch: "SDPA_SWITCH_",
 }
 
 
@@ -224,7 +232,9 @@ def test_imports_and_works_without_torch():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=PYTHON_DIR))
     assert run.returncode == 0, run.stderr
-    assert run.stdout.startswith("0.1.0 sdpa_bwd;arch=90;dtype=bf16;hd=128")
+    version, key = run.stdout.splitlines()[0].split(" ")
+    assert version == "0.1.0" and key.startswith("sdpa_bwd;arch=90;")
+    assert {"dtype=bf16", "hd=128", "layout=bshd"} <= set(key.split(";"))
     assert "torch-module: torch is blocked" in run.stdout
 
 
@@ -388,8 +398,9 @@ def test_execute_errors_name_the_tensor(runtime):
 
 def test_plan_key_and_workspace_without_gpu(runtime):
     plan = runtime.plan(_desc(mask=sdpa_jit.Mask.CAUSAL_BOTTOM_RIGHT))
-    assert plan.key.startswith("sdpa_bwd;arch=90;dtype=bf16;hd=64;hdv=64;")
-    assert "mask=causal_br" in plan.key and "layout=bshd" in plan.key
+    fields = plan.key.split(";")
+    assert fields[:2] == ["sdpa_bwd", "arch=90"]
+    assert {"dtype=bf16", "hd=64", "hdv=64", "mask=causal_br", "layout=bshd"} <= set(fields)
     assert re.fullmatch(r"[0-9a-f]{32}", plan.key_hash)
     assert plan.workspace_size > 0 and plan.workspace_size % 256 == 0
     # fp32 dQ accumulator: at least B * S * H * D * 4 bytes
@@ -492,3 +503,88 @@ def test_default_runtime_reads_readonly_env(tmp_path):
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == f"('{tmp_path}/a.sqlite', '{tmp_path}/b.sqlite') {tmp_path}/c.sqlite"
+
+
+# ----------------------------------------------- plan options and info
+
+
+def test_plan_options_set_the_tiles_and_info_says_what_was_chosen(runtime):
+    plan = runtime.plan(_desc(), options={"q_tile": 64, "kv_tile": 64, "warps": 8, "stages": 2})
+    fields = plan.key.split(";")
+    assert "qt=64" in fields and "kvt=64" in fields
+    info = plan.info()
+    assert (info["q_tile"], info["kv_tile"], info["warps"], info["stages"]) == (64, 64, 8, 2)
+    assert info["family"] in (sdpa_jit.Family.MMA, sdpa_jit.Family.HOPPER)
+    assert info["family_reason"] and info["smem_bytes"] > 0
+    assert f"family={info['family'].name.lower()}" in fields
+    assert info["source"] == sdpa_jit.Source.NONE
+    default = runtime.plan(_desc())
+    assert default.key != plan.key
+    with pytest.raises(TypeError, match="options must be an sdpa_jit.BwdPlanOptions"):
+        runtime.plan(_desc(), options=[64, 64])
+    with pytest.raises(sdpa_jit.SdpaError) as e:
+        runtime.plan(_desc(), options={"q_tile": 48, "kv_tile": 64, "warps": 8, "stages": 2})
+    assert "q_tile" in e.value.message or "tile" in e.value.message
+
+
+@needs_lib
+def test_cache_default_location_follows_the_environment(tmp_path):
+    code = "import sdpa_jit; print(sdpa_jit.cache_default_location())"
+    for env, expected in (({"SDPA_JIT_CACHE": str(tmp_path / "x.sqlite")}, str(tmp_path / "x.sqlite")),
+                          ({"XDG_CACHE_HOME": str(tmp_path)}, str(tmp_path / "sdpa-jit" / "kernels.sqlite"))):
+        clean = {k: v for k, v in os.environ.items() if k not in ("SDPA_JIT_CACHE", "XDG_CACHE_HOME")}
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=dict(clean, PYTHONPATH=PYTHON_DIR, **env))
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == expected
+    assert not (tmp_path / "sdpa-jit").exists()  # creates nothing
+
+
+@needs_lib
+def test_cache_required_makes_an_unusable_cache_an_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(sdpa_jit.CacheError):
+        sdpa_jit.Runtime(arch=90, cache_path=str(blocker / "kernels.sqlite"), cache_required=True,
+                         log=lambda level, text: None)
+
+
+@needs_lib
+def test_read_only_access_stores_nothing(tmp_path):
+    path = tmp_path / "kernels.sqlite"
+    desc = _desc(head_dim=128)
+    with sdpa_jit.Runtime(arch=90, cache_path=str(path)) as rt:
+        assert rt.plan(desc).compile() == sdpa_jit.Source.COMPILED
+    size = path.stat().st_size
+    with sdpa_jit.Runtime(arch=90, cache_path=str(path), cache_access=sdpa_jit.CacheAccess.READ_ONLY) as rt:
+        assert rt.plan(desc).compile() == sdpa_jit.Source.DISK
+        other = rt.plan(_desc(head_dim=128, dtype=sdpa_jit.Dtype.FP16))
+        assert other.compile() == sdpa_jit.Source.COMPILED
+        assert other.info()["stored"] == 0
+        assert len(rt.cache_list()) == 1
+    with sdpa_jit.Runtime(arch=90, cache_path=str(path)) as rt:
+        assert [r.key_text for r in rt.cache_list()] == [rt.plan(desc).key]
+    assert path.stat().st_size == size
+
+
+@needs_lib
+def test_cache_verify_reports_a_damaged_row(tmp_path):
+    import sqlite3
+    path = tmp_path / "kernels.sqlite"
+    with sdpa_jit.Runtime(arch=90, cache_path=str(path)) as rt:
+        plan = rt.plan(_desc(head_dim=64))
+        plan.compile()
+        assert rt.cache_verify(report=lambda *a: None) == (1, 0)
+    db = sqlite3.connect(path)
+    columns = [r[1] for r in db.execute("pragma table_info(kernels)")]
+    blob = next(c for c in columns if c in ("cubin", "blob", "data"))
+    db.execute(f"update kernels set {blob} = zeroblob(length({blob}))")
+    db.commit()
+    db.close()
+    problems = []
+    with sdpa_jit.Runtime(arch=90, cache_path=str(path)) as rt:
+        checked, removed = rt.cache_verify(report=lambda *args: problems.append(args))
+    assert (checked, removed) == (1, 1)
+    assert len(problems) == 1
+    key_hash, key_text, problem, was_removed = problems[0]
+    assert key_hash == plan.key_hash and key_text == plan.key and problem and was_removed is True
