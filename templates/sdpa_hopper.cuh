@@ -10,8 +10,8 @@
  *     warpgroup 0   producer (setmaxnreg.dec to PRODUCER_REGS). Warp 0's
  *                   lane 0 loads K and V once and then, per step, the
  *                   step's Q and dO tiles into a STAGES-deep ring (TMA,
- *                   completing on the stage's `full` mbarrier); warp 1
- *                   writes the step's LSE * log2 e and Delta rows into the
+ *                   completing on the stage's `full` mbarrier); warps 1-2
+ *                   write the step's LSE * log2 e and Delta rows into the
  *                   ring (+inf and 0 for rows past the sequence, +inf for
  *                   rows that see no key) and arrives on the same barrier.
  *                   Both wait on the stage's `empty` barrier before reuse.
@@ -21,7 +21,7 @@
  *                     S^T  = K Q^T, dP^T = V dO^T   wgmma SS, M = 64 kv
  *                            rows, N = the query tile, K = head dim
  *                     P^T  = exp2(S^T * scale log2 e - LSE log2 e)
- *                            (-inf scores where masked)
+ *                            (0 where masked)
  *                     dS^T = P^T (dP^T - Delta)
  *                     dV  += P^T dO, dK += dS^T Q   wgmma RS: P^T and
  *                            dS^T stay in registers as the A operand
@@ -91,6 +91,14 @@ static_assert(128 * SDPA_HOPPER_PRODUCER_REGS + 128 * SDPA_HOPPER_CONSUMERS *
                                                     SDPA_HOPPER_CONSUMER_REGS <= 65536,
               "register budget");
 
+/* One CTA's work: kv rows [k0, k0 + kv_valid) of sequence b, kv head hk;
+ * for each query head of the group, query tiles [it_lo, it_hi]. */
+struct Work {
+  int b, hk, sq, skv, k0, kv_valid, it_lo, it_hi, steps, h_first;
+  sdpa_i64 q0, kv0;
+  Band band;
+};
+
 /* Shared-memory carve (sdpa_hopper_traits.h). */
 constexpr sdpa_hopper_smem HOP_SMEM = sdpa_hopper_smem_layout(HOP_CFG);
 #define SMEM_K HOP_SMEM.k
@@ -101,6 +109,7 @@ constexpr sdpa_hopper_smem HOP_SMEM = sdpa_hopper_smem_layout(HOP_CFG);
 #define SMEM_LSE HOP_SMEM.lse2
 #define SMEM_DELTA HOP_SMEM.delta
 #define SMEM_BAR HOP_SMEM.bar
+#define SMEM_WORK HOP_SMEM.work
 #define Q_TILE_BYTES sdpa_hopper_tile_bytes(HOP_M, D)
 #define DO_TILE_BYTES sdpa_hopper_tile_bytes(HOP_M, DV)
 #define DS_TILE_BYTES sdpa_hopper_tile_bytes(HOP_N, HOP_M)
@@ -113,6 +122,8 @@ static_assert(SMEM_K % 1024 == 0 && SMEM_V % 1024 == 0 && SMEM_Q % 1024 == 0 &&
                   SMEM_DO % 1024 == 0 && SMEM_DS % 1024 == 0 && Q_TILE_BYTES % 1024 == 0 &&
                   DO_TILE_BYTES % 1024 == 0 && DS_TILE_BYTES % 1024 == 0,
               "swizzled tiles start 1024-aligned");
+static_assert(sizeof(Work) <= SDPA_HOPPER_WORK_BYTES && SMEM_WORK % 16 == 0,
+              "the block's coordinates fit their region");
 static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
                   HOP_SMEM.total <= 232448,
               "the carve fits sm_90's 227 KiB with the base's alignment");
@@ -122,8 +133,10 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
 #define BAR_EMPTY(s) (SMEM_BAR + 8 * (HOP_STAGES + (s)))
 #define BAR_KV (SMEM_BAR + 8 * 2 * HOP_STAGES)
 /* Arrivals that complete a phase: full = the TMA thread (with its bytes)
- * + the 32 lanes of the LSE/Delta warp; empty = the 8 consumer warps. */
-#define FULL_ARRIVALS 33
+ * + the ROW_THREADS threads of the LSE/Delta rows; empty = the 8
+ * consumer warps. */
+#define ROW_THREADS 64
+#define FULL_ARRIVALS (1 + ROW_THREADS)
 #define EMPTY_ARRIVALS (4 * SDPA_HOPPER_CONSUMERS)
 
 /* dQ tile split between the consumers: M = 128, 64 query rows each; else
@@ -143,13 +156,14 @@ static_assert(DQ_SPLIT_M || (D / 2) % 64 == 0 || D / 2 < 64, "dQ halves inside b
  * within groups of p.order_group (sequence, kv head) pairs, kv tile j of
  * each before j + 1 (heaviest first). */
 SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &hk) {
+  const unsigned bx = blockIdx.x, by = blockIdx.y;
   const int kv_tiles = (p.seqlen_kv + HOP_N - 1) / HOP_N;
 #if SDPA_MASK == 0
-  j = blockIdx.x % kv_tiles;
-  b = blockIdx.x / kv_tiles;
-  hk = blockIdx.y;
+  j = bx % kv_tiles;
+  b = bx / kv_tiles;
+  hk = by;
 #else
-  const sdpa_i64 flat = (sdpa_i64)blockIdx.y * gridDim.x + blockIdx.x;
+  const sdpa_i64 flat = (sdpa_i64)by * gridDim.x + bx;
   const sdpa_i64 pairs = (sdpa_i64)p.batch * p.heads_kv;
   const sdpa_i64 span = (sdpa_i64)p.order_group * kv_tiles;
   const sdpa_i64 group = flat / span, first = group * p.order_group;
@@ -162,21 +176,13 @@ SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &
 #endif
 }
 
-/* One CTA's work: kv rows [k0, k0 + kv_valid) of sequence b, kv head hk;
- * for each query head of the group, query tiles [it_lo, it_hi]. */
-struct Work {
-  int b, hk, sq, skv, k0, kv_valid, it_lo, it_hi, steps, h_first;
-  sdpa_i64 q0, kv0;
-  Band band;
-};
-
 /* Whether query tile `it` needs element-wise masking from the band (the
  * kv tile's end is handled apart, rows past a sequence by LSE2 = +inf). */
 SDPA_DEVICE bool band_crosses(const Work &w, int it) {
-  const int i0 = it * HOP_M;
+  const int i0 = it * HOP_M, diag = w.k0 - w.band.off;
   bool cross = false;
-  if (w.band.right >= 0 && w.k0 + HOP_N - 1 > i0 + w.band.off + w.band.right) cross = true;
-  if (w.band.left >= 0 && w.k0 < i0 + HOP_M - 1 + w.band.off - w.band.left) cross = true;
+  if (w.band.right >= 0 && diag + HOP_N - 1 - w.band.right > i0) cross = true;
+  if (w.band.left >= 0 && diag < i0 + HOP_M - 1 - w.band.left) cross = true;
   return cross;
 }
 
@@ -230,12 +236,13 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
   }
 }
 
-/* Warp 1: each step's LSE2 = LSE * log2 e (+inf for rows past the
- * sequence and rows with no visible key, so that their P is 0) and Delta
- * (0 past the sequence) rows. */
+/* Warps 1 and 2 (ROW_THREADS threads, one or two rows each): each step's
+ * LSE2 = LSE * log2 e (+inf for rows past the sequence and rows with no
+ * visible key, so that their P is 0) and Delta (0 past the sequence). */
+static_assert(HOP_M % ROW_THREADS == 0, "rows per thread");
 SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 base,
                               unsigned char *smem) {
-  const int lane = threadIdx.x & 31;
+  const int tid = threadIdx.x - 32; /* 0 .. ROW_THREADS - 1 */
   int h = w.h_first, it = w.it_lo;
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
@@ -247,23 +254,27 @@ SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 ba
     const float *lse = p.lse + (sdpa_i64)h * p.lse_head + w.q0 * p.lse_seq;
 #endif
     const float *delta = p.delta + (sdpa_i64)h * p.rows_q + w.q0;
+    float l[HOP_M / ROW_THREADS], dl[HOP_M / ROW_THREADS];
+#pragma unroll
+    for (int u = 0; u < HOP_M / ROW_THREADS; ++u) {
+      const int i = it * HOP_M + tid + u * ROW_THREADS;
+      l[u] = POS_INF;
+      dl[u] = 0.f;
+      if (SDPA_EVEN || i < w.sq) {
+#if SDPA_LSE_PACKED
+        l[u] = lse[i];
+#else
+        l[u] = lse[(sdpa_i64)i * p.lse_seq];
+#endif
+        dl[u] = delta[i];
+      }
+    }
     float *s_lse = (float *)(smem + SMEM_LSE) + stage * HOP_M;
     float *s_delta = (float *)(smem + SMEM_DELTA) + stage * HOP_M;
 #pragma unroll
-    for (int r = lane; r < HOP_M; r += 32) {
-      const int i = it * HOP_M + r;
-      float l2 = POS_INF, dl = 0.f;
-      if (SDPA_EVEN || i < w.sq) {
-#if SDPA_LSE_PACKED
-        const float l = lse[i];
-#else
-        const float l = lse[(sdpa_i64)i * p.lse_seq];
-#endif
-        l2 = l == NEG_INF ? POS_INF : l * LOG2E;
-        dl = delta[i];
-      }
-      s_lse[r] = l2;
-      s_delta[r] = dl;
+    for (int u = 0; u < HOP_M / ROW_THREADS; ++u) {
+      s_lse[tid + u * ROW_THREADS] = l[u] == NEG_INF ? POS_INF : l[u] * LOG2E;
+      s_delta[tid + u * ROW_THREADS] = dl[u];
     }
     mbar_arrive(base + BAR_FULL(stage));
     if (++it > w.it_hi) {
@@ -275,11 +286,11 @@ SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 ba
 
 /* -------------------------------------------------------------- consumer */
 
-/* Scores outside the band, and rows past the kv tile's end, become -inf
- * (P = 0). Element (kv row r, query column c) of the thread: r = row0 +
- * 8*(e/2), c = 8j + 2t + e%2. */
-SDPA_DEVICE void mask_scores(float (&s)[HOP_M / 2], const Work &w, int row0, int t, int i0,
-                             bool band) {
+/* P = 0 outside the band and in rows past the kv tile's end (after the
+ * exponential, so any softmax scale's sign is safe). Element (kv row r,
+ * query column c) of the thread: r = row0 + 8*(e/2), c = 8j + 2t + e%2. */
+SDPA_DEVICE void mask_probs(float (&s)[HOP_M / 2], const Work &w, int row0, int t, int i0,
+                            bool band) {
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int r = row0 + 8 * hf;
@@ -296,7 +307,7 @@ SDPA_DEVICE void mask_scores(float (&s)[HOP_M / 2], const Work &w, int row0, int
           if (w.band.right >= 0 && dd > w.band.right) ok = false;
           if (w.band.left >= 0 && dd < -w.band.left) ok = false;
         }
-        if (!ok) s[4 * j + 2 * hf + e] = NEG_INF;
+        if (!ok) s[4 * j + 2 * hf + e] = 0.f;
       }
   }
 }
@@ -329,18 +340,23 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   const float scale_log2 = p.scale_log2;
   const int q_off = DQ_SPLIT_M ? 64 * cw : 0, d_off = DQ_SPLIT_M ? 0 : cw * DQ_N;
   const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
-  const sdpa_i64 blk0 = dq_block_base(p, w.b, w.q0);
+  /* this thread's first reduction target: the block of query row q_off +
+   * 16 wi of tile 0, head 0, column d_off */
+  float *const dq_first = p.dq_accum + (dq_block_base(p, w.b, w.q0) + q_off / 16 + wi) * blk_elems +
+                          (d_off / 8) * 128;
 
   if (w.steps > 0) mbar_wait(base + BAR_KV, 0);
-  int h = w.h_first, it = w.it_lo;
+  /* Steps: the group's heads h, each head's query tiles it; stage and its
+   * phase follow the ring, ds the dS buffer. */
+  int h = w.h_first, it = w.it_lo, stage = 0, ds = 0;
+  u32 phase = 0;
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
-    const int stage = st % HOP_STAGES, use = st / HOP_STAGES;
     const int i0 = it * HOP_M;
-    mbar_wait(base + BAR_FULL(stage), use & 1);
+    mbar_wait(base + BAR_FULL(stage), phase);
     const u32 s_q = base + SMEM_Q + stage * Q_TILE_BYTES;
     const u32 s_do = base + SMEM_DO + stage * DO_TILE_BYTES;
-    const u32 s_ds = base + SMEM_DS + (st & 1) * DS_TILE_BYTES;
+    const u32 s_ds = base + SMEM_DS + ds * DS_TILE_BYTES;
 
     /* ---- S^T = K Q^T, dP^T = V dO^T (this consumer's 64 kv rows). */
     float s[HOP_M / 2], dp[HOP_M / 2];
@@ -363,8 +379,6 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     /* ---- P^T, packed as the A operand of dV += P^T dO. */
     wgmma_wait<1>();
     reg_fence(s);
-    const bool band = band_crosses(w, it);
-    if (band || kv_partial) mask_scores(s, w, row0, t, i0, band);
     u32 pf[HOP_M / 16][4], df[HOP_M / 16][4];
     {
       const float *l2s = (const float *)(smem + SMEM_LSE) + stage * HOP_M;
@@ -377,28 +391,40 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
         s[4 * j + 2] = fast_exp2(fmaf(s[4 * j + 2], scale_log2, -l.x));
         s[4 * j + 3] = fast_exp2(fmaf(s[4 * j + 3], scale_log2, -l.y));
       }
+      const bool band = band_crosses(w, it);
+      if (band || kv_partial) mask_probs(s, w, row0, t, i0, band);
 #pragma unroll
       for (int kk = 0; kk < HOP_M / 16; ++kk)
 #pragma unroll
         for (int r = 0; r < 4; ++r)
           pf[kk][r] = pack2<DT>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 
-      /* ---- dS^T = P^T (dP^T - Delta). */
+      /* ---- dS^T = P^T (dP^T - Delta), from the rounded P that dV uses
+       * (so P's fp32 values die here). bf16 keeps fp32's range: the pairs
+       * are multiplied packed (one rounding of dP - Delta more than the
+       * fp32 product, as the mma family does); fp16 multiplies in fp32
+       * (dP - Delta may exceed its range where dS does not). */
       wgmma_wait<0>();
       reg_fence(dp);
 #pragma unroll
       for (int j = 0; j < HOP_M / 8; ++j) {
         const float2 dl = *(const float2 *)(dls + 8 * j + 2 * t);
-        dp[4 * j + 0] = s[4 * j + 0] * (dp[4 * j + 0] - dl.x);
-        dp[4 * j + 1] = s[4 * j + 1] * (dp[4 * j + 1] - dl.y);
-        dp[4 * j + 2] = s[4 * j + 2] * (dp[4 * j + 2] - dl.x);
-        dp[4 * j + 3] = s[4 * j + 3] * (dp[4 * j + 3] - dl.y);
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const u32 pp = pf[j / 2][2 * (j % 2) + hf];
+          const float x0 = dp[4 * j + 2 * hf] - dl.x, x1 = dp[4 * j + 2 * hf + 1] - dl.y;
+#if SDPA_DTYPE == 2
+          df[j / 2][2 * (j % 2) + hf] = mul_bf16x2(pp, pack2<DT>(x0, x1));
+#else
+          float p0, p1;
+          asm("{ .reg .f16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.f32.f16 %0, lo;\n"
+              " cvt.f32.f16 %1, hi; }"
+              : "=f"(p0), "=f"(p1)
+              : "r"(pp));
+          df[j / 2][2 * (j % 2) + hf] = pack2<DT>(p0 * x0, p1 * x1);
+#endif
+        }
       }
-#pragma unroll
-      for (int kk = 0; kk < HOP_M / 16; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          df[kk][r] = pack2<DT>(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
     }
 
     /* ---- dV += P^T dO (dO MN-major: k = query rows down the tile). */
@@ -448,8 +474,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     /* ---- dq_accum += dQ, one 16x8 fragment per vector reduction; warp wi
      * holds 16-row block (i0 + q_off) / 16 + wi. */
     if (SDPA_EVEN || i0 + q_off + 16 * wi < w.sq) {
-      float *dqa = p.dq_accum + (blk0 + (i0 + q_off) / 16 + wi) * blk_elems +
-                   (sdpa_i64)h * (D * 16) + (d_off / 8) * 128;
+      float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
 #pragma unroll
       for (int j = 0; j < DQ_N / 8; ++j) {
         const float v4[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
@@ -459,6 +484,11 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     if (++it > w.it_hi) {
       it = w.it_lo;
       ++h;
+    }
+    ds ^= 1;
+    if (++stage == HOP_STAGES) {
+      stage = 0;
+      phase ^= 1;
     }
   }
 
@@ -512,6 +542,7 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
   w.h_first = w.hk * p.group;
 
   if (threadIdx.x == 0) {
+    *(Work *)(smem + SMEM_WORK) = w;
 #pragma unroll
     for (int s = 0; s < HOP_STAGES; ++s) {
       mbar_init(base + BAR_FULL(s), FULL_ARRIVALS);
@@ -522,17 +553,20 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
   }
   __syncthreads();
 
-  const int wg = threadIdx.x >> 7;
+  /* the warpgroup, broadcast from lane 0 so that the compiler treats it
+   * (and the shared-memory descriptors derived from it) as warp-uniform */
+  const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
   if (wg == 0) {
     setmaxnreg_dec<SDPA_HOPPER_PRODUCER_REGS>();
     const int warp = threadIdx.x >> 5;
     if (warp == 0) {
       if ((threadIdx.x & 31) == 0 && w.steps > 0) produce_tiles(maps, w, base);
-    } else if (warp == 1) {
+    } else if (warp == 1 || warp == 2) {
       produce_rows(p, w, base, smem);
     }
   } else {
     setmaxnreg_inc<SDPA_HOPPER_CONSUMER_REGS>();
-    consume(p, w, base, smem, wg - 1);
+    /* the block's coordinates from shared memory, read where used */
+    consume(p, *(const Work *)(smem + SMEM_WORK), base, smem, wg - 1);
   }
 }

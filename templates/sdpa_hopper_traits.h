@@ -86,14 +86,19 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_tile_bytes(int rows, int cols) {
  *   lse2 [stages][M] fp32: LSE * log2 e, +inf for rows past the sequence
  *        or with no visible key; delta [stages][M] fp32 (0 past it)
  *   bar  mbarriers: full[stages], empty[stages], kv (8 bytes each)
+ *   work the block's coordinates (SDPA_HOPPER_WORK_BYTES), written once
+ *        and read by the consumers where needed, so that they stay out
+ *        of the registers across the main loop
  * `carve` is where they end; `total`, the dynamic shared memory to launch
  * with, adds 1024 bytes for the alignment of the base. */
 typedef struct sdpa_hopper_smem {
-  int k, v, q, dout, ds, lse2, delta, bar, carve, total;
+  int k, v, q, dout, ds, lse2, delta, bar, work, carve, total;
 } sdpa_hopper_smem;
 
+#define SDPA_HOPPER_WORK_BYTES 128
+
 SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c) {
-  sdpa_hopper_smem s = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  sdpa_hopper_smem s = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   s.k = 0;
   s.v = s.k + sdpa_hopper_tile_bytes(c.kv_tile, c.head_dim);
   s.q = s.v + sdpa_hopper_tile_bytes(c.kv_tile, c.head_dim_v);
@@ -102,7 +107,8 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c)
   s.lse2 = s.ds + 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile);
   s.delta = s.lse2 + c.stages * c.q_tile * 4;
   s.bar = s.delta + c.stages * c.q_tile * 4;
-  s.carve = s.bar + 8 * (2 * c.stages + 1);
+  s.work = (s.bar + 8 * (2 * c.stages + 1) + 15) / 16 * 16;
+  s.carve = s.work + SDPA_HOPPER_WORK_BYTES;
   s.total = s.carve + 1024;
   return s;
 }

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# hopper_gpu.sh — one GPU session for the sm_90a family, from a build made
+# on the build host and carried as build-hopper/ (nothing is built here):
+# bench_hopper's checks and timings, compute-sanitizer on small cases, and
+# the SASS of the compiled keys (HGMMA / UTMALDG / spill counts). Logs go to
+# $OUT (or ./hopper-out); a short summary is printed last.
+#   bench/hopper_gpu.sh [checks] [timed] [quick] [sanitize] [sass]
+#                       [variant:NAME=VALUE] ...       (default: checks quick sass)
+# A variant step runs the quick timed cases with --define NAME=VALUE.
+# Extra bench_hopper arguments for the checks/timed steps: $HOPPER_ARGS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/hopper-out}
+mkdir -p "$OUT"
+B=./build-hopper/bench/bench_hopper
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+steps=${*:-checks quick sass}
+args=${HOPPER_ARGS:-}
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+  nproc
+  ldd "$B" | grep -E "not found|nvrtc|sqlite|xxhash"
+} > "$OUT/machine.txt" 2>&1
+summary=""
+for step in $steps; do
+  case $step in
+    checks)
+      timeout 200 "$B" --checks $args > "$OUT/checks.txt" 2>&1
+      summary+="checks: rc=$? $(tail -1 "$OUT/checks.txt")"$'\n' ;;
+    timed)
+      timeout 280 "$B" --timed $args > "$OUT/timed.txt" 2>&1
+      summary+="timed: rc=$? $(tail -1 "$OUT/timed.txt")"$'\n' ;;
+    quick)
+      timeout 150 "$B" --timed --quick $args > "$OUT/quick.txt" 2>&1
+      summary+="quick: rc=$? $(tail -1 "$OUT/quick.txt")"$'\n' ;;
+    variant:*)
+      def=${step#variant:}
+      timeout 150 "$B" --timed --quick --define "$def" $args > "$OUT/variant_${def%%=*}.txt" 2>&1
+      summary+="variant $def: rc=$? $(tail -1 "$OUT/variant_${def%%=*}.txt")"$'\n' ;;
+    sanitize)
+      : > "$OUT/sanitize.txt"
+      for tool in memcheck synccheck racecheck; do
+        timeout 100 compute-sanitizer --tool $tool --error-exitcode 99 "$B" --checks \
+          --case "bf16 hd128 bshd causal_tl S500" --case "bf16 hd64 thd none mixed" \
+          > /tmp/hopper-sanitize.txt 2>&1
+        rc=$?
+        { echo "=== $tool rc=$rc"; tail -60 /tmp/hopper-sanitize.txt; } >> "$OUT/sanitize.txt"
+        summary+="sanitize $tool: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/hopper-sanitize.txt | tail -1)"$'\n'
+      done ;;
+    sass)
+      mkdir -p /tmp/hopper-cubins
+      timeout 200 "$B" --compile-only --cubin-dir /tmp/hopper-cubins > "$OUT/compile.txt" 2>&1
+      {
+        for f in /tmp/hopper-cubins/*.cubin; do
+          cuobjdump --dump-sass --function sdpa_bwd_main "$f" > /tmp/hopper.sass 2>&1
+          printf '%-56s HGMMA %3d UTMALDG %2d STL %d LDL %d REDG %3d SASS lines %5d\n' \
+            "$(basename "$f" .cubin)" "$(grep -c HGMMA /tmp/hopper.sass)" \
+            "$(grep -c UTMALDG /tmp/hopper.sass)" "$(grep -c 'STL' /tmp/hopper.sass)" \
+            "$(grep -c 'LDL' /tmp/hopper.sass)" "$(grep -c 'RED' /tmp/hopper.sass)" \
+            "$(grep -c '^ */\*[0-9a-f]*\*/' /tmp/hopper.sass)"
+        done
+      } > "$OUT/sass.txt"
+      summary+="sass: $(tail -1 "$OUT/compile.txt"); $(wc -l < "$OUT/sass.txt") keys dumped"$'\n' ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+echo "================ summary"
+for f in "$OUT"/checks.txt "$OUT"/quick.txt "$OUT"/timed.txt "$OUT"/variant_*.txt; do
+  [ -f "$f" ] || continue
+  echo "--- $(basename "$f")"
+  sed -n '/^case  /,$p' "$f" | grep -v "^case  " | awk '{print}' | tail -40
+done
+printf '%s' "$summary"
