@@ -528,10 +528,12 @@ def test_torch_compile_varlen_fullgraph():
 
 
 @gpu
-def test_cuda_graph_capture_and_replay():
+@pytest.mark.parametrize("forward", ["flash", "auto"])
+def test_cuda_graph_capture_and_replay(forward):
     """Forward and backward captured in a CUDA graph (our execute launches
     kernel by kernel while the stream is capturing), replayed on new data:
     bitwise equal to eager runs (deterministic mode)."""
+    st.forward_backend = forward
     b, h, s, d = 2, 4, 384, 64
     q, k, v = (randn(b, h, s, d).requires_grad_() for _ in range(3))
     dout = randn(b, h, s, d)
