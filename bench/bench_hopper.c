@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gpu.h"
 #include "reference.h"
@@ -87,6 +88,33 @@ static double now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec * 1e3 + 1e-6 * (double)t.tv_nsec;
+}
+
+/* A case that takes longer than WATCHDOG_S seconds (a kernel that never
+ * finishes) ends the process with its name and exit status 3, so that a
+ * session's later steps still run. */
+#define WATCHDOG_S 60
+static atomic_llong watchdog_since; /* ms, 0 = disarmed */
+static char watchdog_case[128];
+
+static void *watchdog(void *arg) {
+  (void)arg;
+  for (;;) {
+    struct timespec d = {1, 0};
+    nanosleep(&d, NULL);
+    const long long since = atomic_load(&watchdog_since);
+    if (since && now_ms() - (double)since > WATCHDOG_S * 1e3) {
+      printf("\nHANG: case \"%s\" ran over %d s; exiting\n", watchdog_case, WATCHDOG_S);
+      fflush(stdout);
+      _exit(3);
+    }
+  }
+  return NULL;
+}
+
+static void watchdog_arm(const char *name) {
+  snprintf(watchdog_case, sizeof watchdog_case, "%.127s", name);
+  atomic_store(&watchdog_since, (long long)now_ms());
 }
 
 static int compare_double(const void *a, const void *b) {
@@ -1227,6 +1255,8 @@ int main(int argc, char **argv) {
          (unsigned long long)base_seed);
 
   standard_cases(quick);
+  pthread_t dog;
+  if (!getenv("HOPPER_NO_WATCHDOG")) pthread_create(&dog, NULL, watchdog, NULL);
   int failures = 0, ran = 0;
   for (int i = 0; i < case_count; i++) {
     hcase *c = &cases[i];
@@ -1235,6 +1265,7 @@ int main(int argc, char **argv) {
     if (!selected || (only_checks && c->timed) || (only_timed && !c->timed)) continue;
     c->ran = 1;
     ran++;
+    watchdog_arm(c->name);
     if (c->timed) {
       hcase twin;
       twin_of(c, &twin);
@@ -1260,6 +1291,7 @@ int main(int argc, char **argv) {
     failures += !c->passed;
     fflush(stdout);
   }
+  atomic_store(&watchdog_since, 0);
 
   printf("\nkeys (ptxas, sdpa_bwd_main):\n");
   for (int i = 0; i < module_count; i++) {

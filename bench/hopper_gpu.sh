@@ -26,7 +26,8 @@ summary=""
 for step in $steps; do
   case $step in
     checks)
-      timeout 200 "$B" --checks $args > "$OUT/checks.txt" 2>&1
+      mkdir -p /tmp/hopper-cubins
+      timeout 200 "$B" --checks --cubin-dir /tmp/hopper-cubins $args > "$OUT/checks.txt" 2>&1
       summary+="checks: rc=$? $(tail -1 "$OUT/checks.txt")"$'\n' ;;
     timed)
       timeout 280 "$B" --timed $args > "$OUT/timed.txt" 2>&1
@@ -41,16 +42,18 @@ for step in $steps; do
     sanitize)
       : > "$OUT/sanitize.txt"
       for tool in memcheck synccheck racecheck; do
-        timeout 100 compute-sanitizer --tool $tool --error-exitcode 99 "$B" --checks \
+        HOPPER_NO_WATCHDOG=1 timeout 100 compute-sanitizer --tool $tool --error-exitcode 99 "$B" --checks \
           --case "bf16 hd128 bshd causal_tl S500" --case "bf16 hd64 thd none mixed" \
           > /tmp/hopper-sanitize.txt 2>&1
         rc=$?
         { echo "=== $tool rc=$rc"; tail -60 /tmp/hopper-sanitize.txt; } >> "$OUT/sanitize.txt"
         summary+="sanitize $tool: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/hopper-sanitize.txt | tail -1)"$'\n'
       done ;;
-    sass)
-      mkdir -p /tmp/hopper-cubins
-      timeout 200 "$B" --compile-only --cubin-dir /tmp/hopper-cubins > "$OUT/compile.txt" 2>&1
+    sass) # the cubins the checks step compiled (compile-only: every class)
+      if ! ls /tmp/hopper-cubins/*.cubin > /dev/null 2>&1; then
+        mkdir -p /tmp/hopper-cubins
+        timeout 200 "$B" --compile-only --cubin-dir /tmp/hopper-cubins > "$OUT/compile.txt" 2>&1
+      fi
       {
         for f in /tmp/hopper-cubins/*.cubin; do
           cuobjdump --dump-sass --function sdpa_bwd_main "$f" > /tmp/hopper.sass 2>&1
@@ -61,11 +64,12 @@ for step in $steps; do
             "$(grep -c '^ */\*[0-9a-f]*\*/' /tmp/hopper.sass)"
         done
       } > "$OUT/sass.txt"
-      summary+="sass: $(tail -1 "$OUT/compile.txt"); $(wc -l < "$OUT/sass.txt") keys dumped"$'\n' ;;
+      summary+="sass: $(wc -l < "$OUT/sass.txt") keys dumped, $(awk '$7 != 0 || $9 != 0' "$OUT/sass.txt" | wc -l) with STL/LDL"$'\n' ;;
     *) echo "unknown step $step" ;;
   esac
 done
 echo "================ summary"
+grep -h -E "HANG|FAILED|worst|COMPILE" "$OUT"/*.txt 2>/dev/null | head -40
 for f in "$OUT"/checks.txt "$OUT"/quick.txt "$OUT"/timed.txt "$OUT"/variant_*.txt; do
   [ -f "$f" ] || continue
   echo "--- $(basename "$f")"
