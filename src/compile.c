@@ -39,21 +39,6 @@
 /* Name of the translation unit in NVRTC's diagnostics. */
 #define UNIT_NAME "sdpa_bwd_kernel.cu"
 
-/* Finds the table row of a key (hash and full text). Runtime lock held. */
-static sdpa_kernel_entry *find_entry(sdpa_runtime *rt, const sdpa_key *key) {
-  for (sdpa_kernel_entry *e = rt->kernels; e; e = e->next)
-    if (strcmp(e->hash, key->hash) == 0 && strcmp(e->key_text, key->text) == 0)
-      return e;
-  return NULL;
-}
-
-/* The in-flight node of a hash, or NULL. Runtime lock held. */
-static sdpa_inflight **find_inflight(sdpa_runtime *rt, const char *hash) {
-  for (sdpa_inflight **p = &rt->inflight; *p; p = &(*p)->next)
-    if (strcmp((*p)->hash, hash) == 0) return p;
-  return NULL;
-}
-
 /* The cache's check of a blob looked up for a plan: a cubin for the
  * plan's arch (not the row's: its columns are anyone's) with the
  * kernels. */
@@ -135,80 +120,21 @@ static sdpa_status find_or_build_entry(sdpa_runtime *rt,
                                        const sdpa_bwd_plan *plan,
                                        sdpa_kernel_entry **entry,
                                        sdpa_source *source, char **log) {
-  sdpa_status status = SDPA_STATUS_SUCCESS;
-  sdpa_inflight *flight = NULL;
-  sdpa_kernel_entry *fresh = NULL;
   void *cubin = NULL;
   size_t size = 0;
-  const sdpa_key *key = &plan->key;
-
-  *entry = NULL;
+  int claimed = 0, stored = 0;
   *log = NULL;
-  pthread_mutex_lock(&rt->lock);
-  for (;;) {
-    *entry = find_entry(rt, key);
-    if (*entry) {
-      *source = SDPA_SOURCE_MEMORY;
-      pthread_mutex_unlock(&rt->lock);
-      return SDPA_STATUS_SUCCESS;
-    }
-    if (!find_inflight(rt, key->hash)) break;
-    pthread_cond_wait(&rt->inflight_done, &rt->lock);
+  sdpa_status status = sdpa_kernel_table_find_or_claim(&rt->table, &plan->key, entry, &claimed);
+  if (status || !claimed) {
+    if (*entry) *source = SDPA_SOURCE_MEMORY;
+    return status;
   }
-  flight = calloc(1, sizeof *flight);
-  if (!flight) {
-    pthread_mutex_unlock(&rt->lock);
-    return sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
-                          "out of host memory compiling a kernel");
-  }
-  memcpy(flight->hash, key->hash, sizeof flight->hash);
-  flight->next = rt->inflight;
-  rt->inflight = flight;
-  pthread_mutex_unlock(&rt->lock);
-
-  int stored = 0;
   status = obtain_cubin(rt, plan, 1, &cubin, &size, source, log, &stored);
-  if (status == SDPA_STATUS_SUCCESS) {
-    fresh = calloc(1, sizeof *fresh);
-    if (fresh) {
-      fresh->key_text = strdup(key->text);
-      fresh->compile_log = strdup(*log ? *log : "");
-    }
-    if (!fresh || !fresh->key_text || !fresh->compile_log) {
-      status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
-                              "out of host memory keeping a compiled kernel");
-    } else {
-      memcpy(fresh->hash, key->hash, sizeof fresh->hash);
-      fresh->cubin = cubin;
-      fresh->cubin_size = size;
-      fresh->stored = stored;
-      cubin = NULL;
-    }
-  }
-
-  pthread_mutex_lock(&rt->lock);
-  sdpa_inflight **link = find_inflight(rt, key->hash);
-  if (link) {
-    sdpa_inflight *node = *link;
-    *link = node->next;
-    free(node);
-  }
-  if (status == SDPA_STATUS_SUCCESS) {
-    fresh->next = rt->kernels;
-    rt->kernels = fresh;
-    *entry = fresh;
-    fresh = NULL;
-  }
-  pthread_cond_broadcast(&rt->inflight_done);
-  pthread_mutex_unlock(&rt->lock);
-
-  if (fresh) {
-    free(fresh->key_text);
-    free(fresh->compile_log);
-    free(fresh);
-  }
-  free(cubin);
-  return status;
+  sdpa_status published = sdpa_kernel_table_publish(
+      &rt->table, &plan->key, status == SDPA_STATUS_SUCCESS ? cubin : NULL, size, *log,
+      stored, entry);
+  if (status != SDPA_STATUS_SUCCESS) free(cubin);
+  return status ? status : published;
 }
 
 /* Driver errors that mean "this image is not loadable here": the cached
@@ -332,7 +258,7 @@ static sdpa_status module_for_context(sdpa_runtime *rt,
   sdpa_retired_cubin *retired = NULL;
   int smem = plan->smem_bytes;
 
-  pthread_mutex_lock(&rt->lock);
+  pthread_mutex_lock(&rt->table.lock);
   for (;;) {
     for (sdpa_module_entry *m = entry->modules; m; m = m->next)
       if (m->ctx == ctx) {
@@ -350,7 +276,7 @@ static sdpa_status module_for_context(sdpa_runtime *rt,
 
     /* The driver refused the image: drop the row and compile once more. */
     retried = 1;
-    pthread_mutex_unlock(&rt->lock); /* the log callback may call back in */
+    pthread_mutex_unlock(&rt->table.lock); /* the log callback may call back in */
     sdpa_runtime_log(rt, SDPA_LOG_WARNING,
                      "the CUDA driver rejected the cubin of %s (%s); removing "
                      "it from the cache and compiling again",
@@ -368,7 +294,7 @@ static sdpa_status module_for_context(sdpa_runtime *rt,
         status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
                                 "out of host memory replacing a cubin");
     }
-    pthread_mutex_lock(&rt->lock);
+    pthread_mutex_lock(&rt->table.lock);
     if (status != SDPA_STATUS_SUCCESS) {
       free(cubin);
       free(log);
@@ -389,7 +315,7 @@ static sdpa_status module_for_context(sdpa_runtime *rt,
   }
 
 done:
-  pthread_mutex_unlock(&rt->lock);
+  pthread_mutex_unlock(&rt->table.lock);
   return status;
 }
 
@@ -434,12 +360,12 @@ static sdpa_status compile_plan(sdpa_bwd_plan *plan, sdpa_source *source) {
     }
   }
 
-  pthread_mutex_lock(&rt->lock);
+  pthread_mutex_lock(&rt->table.lock);
   plan->cubin = entry->cubin;
   plan->cubin_size = entry->cubin_size;
   plan->stored = entry->stored;
   set_plan_log(plan, entry->compile_log);
-  pthread_mutex_unlock(&rt->lock);
+  pthread_mutex_unlock(&rt->table.lock);
   plan->module = module;
   plan->module_ctx = module ? ctx : NULL;
   plan->source = *source;

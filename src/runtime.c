@@ -1,10 +1,9 @@
 /*
  * runtime.c — the runtime object and the public cache-inspection calls.
  *
- * A runtime owns a copy of its options, the cache layers (cache.c) and the
- * in-process kernel table (filled by compile.c): one row per key with the
- * cubin and, per CUDA context, the loaded module, its kernels and a mapped
- * host word the kernels use to report bad input. Creating one touches no
+ * A runtime owns a copy of its options, the plan options' defaults
+ * (options.c), the cache layers (cache.c) and the in-process kernel table
+ * (kernel_table.c, filled by compile.c). Creating one touches no
  * GPU and no driver, so a build host without a GPU can preheat the cache;
  * the driver is loaded only when a plan needs the current device's arch
  * and none was given, or when compile loads a module.
@@ -45,62 +44,12 @@ sdpa_status sdpa_runtime_options_init(sdpa_runtime_options *opts,
   return SDPA_STATUS_SUCCESS;
 }
 
-/* Frees the module table: unloads every module in its context and frees
- * the mapped error words, ignoring driver errors (the context may already
- * be gone at exit). Restores the caller's current context. */
-static void free_kernels(sdpa_kernel_entry *kernels) {
-  const sdpa_driver *drv = NULL;
-  CUcontext saved = NULL;
-  int have_driver = 0;
-  for (sdpa_kernel_entry *k = kernels; k && !have_driver; k = k->next)
-    if (k->modules) have_driver = 1;
-  if (have_driver && sdpa_driver_get(&drv) != SDPA_STATUS_SUCCESS) drv = NULL;
-  if (drv) drv->cuCtxGetCurrent(&saved);
-
-  while (kernels) {
-    sdpa_kernel_entry *next = kernels->next;
-    sdpa_module_entry *m = kernels->modules;
-    while (m) {
-      sdpa_module_entry *next_module = m->next;
-      if (drv) {
-        drv->cuCtxSetCurrent(m->ctx);
-        if (m->module) drv->cuModuleUnload(m->module);
-        if (m->error_host) drv->cuMemHostUnregister(m->error_host);
-      }
-      free(m->error_host);
-      free(m);
-      m = next_module;
-    }
-    while (kernels->retired) {
-      sdpa_retired_cubin *next_retired = kernels->retired->next;
-      free(kernels->retired->cubin);
-      free(kernels->retired);
-      kernels->retired = next_retired;
-    }
-    free(kernels->key_text);
-    free(kernels->cubin);
-    free(kernels->compile_log);
-    free(kernels);
-    kernels = next;
-  }
-  if (drv) drv->cuCtxSetCurrent(saved);
-}
-
-/* Frees everything a runtime owns; the mutex/condvar only when
- * `sync_ready` (they were initialized). */
+/* Frees everything a runtime owns; the kernel table only when
+ * `sync_ready` (it was initialized). */
 static void free_runtime(sdpa_runtime *rt, int sync_ready) {
   if (!rt) return;
   sdpa_cache_close(rt->cache);
-  free_kernels(rt->kernels);
-  while (rt->inflight) {
-    sdpa_inflight *next = rt->inflight->next;
-    free(rt->inflight);
-    rt->inflight = next;
-  }
-  if (sync_ready) {
-    pthread_cond_destroy(&rt->inflight_done);
-    pthread_mutex_destroy(&rt->lock);
-  }
+  if (sync_ready) sdpa_kernel_table_destroy(&rt->table);
   free(rt);
 }
 
@@ -166,11 +115,7 @@ static sdpa_status runtime_create(sdpa_runtime **out, const sdpa_runtime_options
   rt->options.readonly_cache_paths = NULL;
   rt->options.cache_key_file = NULL;
   sdpa_options_read_defaults(&rt->defaults);
-  if (pthread_mutex_init(&rt->lock, NULL) != 0) goto out_of_memory;
-  if (pthread_cond_init(&rt->inflight_done, NULL) != 0) {
-    pthread_mutex_destroy(&rt->lock);
-    goto out_of_memory;
-  }
+  if (sdpa_kernel_table_init(&rt->table) != 0) goto out_of_memory;
   sync_ready = 1;
 
   sdpa_cache_config config = {0};

@@ -68,11 +68,14 @@
 #define LD_N (N + 8)
 
 /* The configuration, its shared-memory carve and warp partitions
- * (sdpa_traits.h: the host sizes the launch from the same functions). */
-constexpr sdpa_mma_config CFG = {D, DV, M, N, NW, SDPA_STAGES, SDPA_DETERMINISTIC,
-                                 SDPA_MASK == 3, SDPA_FOLD_DQ};
-constexpr sdpa_mma_smem SMEM = sdpa_mma_smem_layout(CFG);
-constexpr sdpa_mma_split SPLIT = sdpa_mma_warp_split(CFG);
+ * (sdpa_traits.h: the host sizes the launch from the same functions).
+ * Macros, not constexpr variables: with device code as the default a
+ * namespace-scope variable would be emitted into the module. */
+#define CFG                                                                   \
+  (sdpa_mma_config{D, DV, M, N, NW, SDPA_STAGES, SDPA_DETERMINISTIC, SDPA_MASK == 3, \
+                   SDPA_FOLD_DQ})
+#define SMEM sdpa_mma_smem_layout(CFG)
+#define SPLIT sdpa_mma_warp_split(CFG)
 
 /* Warp partitions: S, dP (M x N) over S_WM x S_WN warps; dK, dV (N x D,
  * N x DV) over KV_WN x KV_WD; dQ (M x D) over Q_WM x Q_WD. */
@@ -471,6 +474,195 @@ SDPA_DEVICE void softmax_tile(const float (&acc_s)[S_TM / 16][S_TN / 8][4],
   if (STSM) store_frags<S_TM, S_TN>(sP + s_m * LD_N + s_n, LD_N, p_pk);
 }
 
+/* Issues the loads of one step (head lh, query tile lit) into buffer
+ * `stage`: Q and dO tiles, and their LSE and Delta rows, in one cp.async
+ * group. WHOLE: the query tile is known to lie inside the sequence. */
+template <bool WHOLE>
+SDPA_DEVICE void load_step(const sdpa_kernel_params &p, int b, sdpa_i64 q0, int sq, int lh,
+                           int lit, int stage, u32 smem0) {
+  const int i0 = lit * M;
+  const int q_valid = sq - i0 < M ? sq - i0 : M;
+#if SDPA_LAYOUT == 1
+  const sdpa_i64 qb = (sdpa_i64)b * p.q_batch + (sdpa_i64)i0 * p.q_seq + (sdpa_i64)lh * p.q_head;
+  const sdpa_i64 dob = (sdpa_i64)b * p.do_batch + (sdpa_i64)i0 * p.do_seq + (sdpa_i64)lh * p.do_head;
+  const sdpa_i64 lse_b = (sdpa_i64)b * p.lse_batch + (sdpa_i64)lh * p.lse_head;
+#else
+  const sdpa_i64 qb = (q0 + i0) * p.q_seq + (sdpa_i64)lh * p.q_head;
+  const sdpa_i64 dob = (q0 + i0) * p.do_seq + (sdpa_i64)lh * p.do_head;
+  const sdpa_i64 lse_b = (sdpa_i64)lh * p.lse_head + q0 * p.lse_seq;
+#endif
+  copy_tile<M, D, WHOLE>(smem0 + SMEM_Q + stage * M * LD_D * 2, (const u16 *)p.q + qb,
+                         p.q_seq, q_valid);
+  copy_tile<M, DV, WHOLE>(smem0 + SMEM_DO + stage * M * LD_DV * 2,
+                          (const u16 *)p.dout + dob, p.do_seq, q_valid);
+  /* LSE and Delta rows ride in the same cp.async group; rows past the
+   * sequence are zero-filled (and masked). */
+  if (threadIdx.x < M) {
+    const int r = threadIdx.x, i = i0 + r;
+    const bool ok = WHOLE || i < sq;
+#if SDPA_LSE_PACKED
+    const float *lse_src = p.lse + lse_b + (ok ? i : 0);
+#else
+    const float *lse_src = p.lse + lse_b + (ok ? (sdpa_i64)i * p.lse_seq : 0);
+#endif
+    const float *delta_src = p.delta + (sdpa_i64)lh * p.rows_q + q0 + (ok ? i : 0);
+    cp_async4(smem0 + SMEM_LSE + (stage * M + r) * 4, lse_src, ok);
+    cp_async4(smem0 + SMEM_DELTA + (stage * M + r) * 4, delta_src, ok);
+  }
+  cp_async_commit();
+  (void)b;
+}
+
+/* One step's scores: S = Q K^T -> P (to shared memory, and kept packed
+ * in registers), then dP = dO V^T -> dS = P * (dP - Delta) (to shared
+ * memory). Holding P packed in 16-bit pairs rather than as fp32 keeps S
+ * and dP from being live together next to the dK/dV accumulators; dS
+ * then uses the same rounded P that dV = P^T dO uses. `visible`: the tile
+ * needs no element-wise mask. */
+SDPA_DEVICE void scores_and_ds(const sdpa_kernel_params &p, bool visible, const Band &band,
+                               int i0, int k0, int sq, int skv, const u16 *sQ, const u16 *sK,
+                               const u16 *sdO, const u16 *sV, u16 *sP, u16 *sdS,
+                               const float *lse, const float *dlt, int s_m, int s_n, int g,
+                               int t) {
+  u32 p_pk[S_TM / 16][2][S_TN / 8];
+  {
+    float acc_s[S_TM / 16][S_TN / 8][4];
+    zero_acc(acc_s);
+    warp_gemm<DT, S_TM, S_TN, D, false, false>(acc_s, sQ + s_m * LD_D, LD_D,
+                                               sK + s_n * LD_D, LD_D);
+#if NW == 8
+    if (!visible) mask_tile(acc_s, s_m, s_n, g, t, band, i0, k0, sq, skv);
+    softmax_tile<false>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0, k0,
+                        sq, skv);
+#else
+    if (visible)
+      softmax_tile<false>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
+                          k0, sq, skv);
+    else
+      softmax_tile<true>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
+                         k0, sq, skv);
+#endif
+  }
+  /* dP - Delta: with DELTA_IN_DP the accumulators start at -Delta of
+   * their rows (no subtraction after the GEMM), else at 0. */
+  float acc_dp[S_TM / 16][S_TN / 8][4];
+#pragma unroll
+  for (int mi = 0; mi < S_TM / 16; ++mi)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const float start = DELTA_IN_DP ? -dlt[s_m + mi * 16 + g + hf * 8] : 0.f;
+#pragma unroll
+      for (int nj = 0; nj < S_TN / 8; ++nj)
+        acc_dp[mi][nj][hf * 2] = acc_dp[mi][nj][hf * 2 + 1] = start;
+    }
+  warp_gemm<DT, S_TM, S_TN, DV, false, false>(acc_dp, sdO + s_m * LD_DV, LD_DV,
+                                              sV + s_n * LD_DV, LD_DV);
+  u32 ds_pk[S_TM / 16][2][S_TN / 8];
+#pragma unroll
+  for (int mi = 0; mi < S_TM / 16; ++mi)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = s_m + mi * 16 + g + hf * 8;
+      const float row_delta = DELTA_IN_DP ? 0.f : dlt[r];
+#pragma unroll
+      for (int nj = 0; nj < S_TN / 8; ++nj) {
+        const u32 pp = p_pk[mi][hf][nj];
+#if SDPA_DTYPE == 2
+        /* bf16 keeps fp32's range: multiply the pairs packed (one
+         * rounding of dP - Delta more than the fp32 product). */
+        ds_pk[mi][hf][nj] = mul_bf16x2(
+            pp, pack2<DT>(acc_dp[mi][nj][hf * 2] - row_delta,
+                          acc_dp[mi][nj][hf * 2 + 1] - row_delta));
+#else
+        /* fp16: dP - Delta may exceed its range where dS does not. */
+        const float p0 = to_float<DT>((u16)(pp & 0xffff));
+        const float p1 = to_float<DT>((u16)(pp >> 16));
+        ds_pk[mi][hf][nj] = pack2<DT>(p0 * (acc_dp[mi][nj][hf * 2] - row_delta),
+                                      p1 * (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
+#endif
+        if (!STSM) *(u32 *)(sdS + r * LD_N + s_n + nj * 8 + 2 * t) = ds_pk[mi][hf][nj];
+      }
+    }
+  if (STSM) store_frags<S_TM, S_TN>(sdS + s_m * LD_N + s_n, LD_N, ds_pk);
+}
+
+/* One step's dQacc += dS K, one vector reduction per m16n8 fragment into
+ * dq_accum's fragment-ordered blocks (query tile `it` of head `h`, its
+ * first row i0). 16-row blocks past the sequence belong to the next one
+ * and are skipped. Deterministic mode waits for the kv tiles before this
+ * one that visit the tile, then releases the next. */
+template <bool WHOLE>
+SDPA_DEVICE void reduce_dq(const sdpa_kernel_params &p, const Band &band, int b, int h, int it,
+                           int j, int i0, int sq, sdpa_i64 blk0, const u16 *sdS,
+                           const u16 *sK, int q_m, int q_d, int lane) {
+#if SDPA_DETERMINISTIC
+  int kv_first = 0;
+  if (band.left >= 0) kv_first = max(0, i0 + band.off - band.left) / N;
+  int *sem = p.semaphores + ((sdpa_i64)h * p.batch + b) * p.q_tiles + it;
+#endif
+  const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
+  float *dqa = p.dq_accum + (blk0 + (i0 + q_m) / 16) * blk_elems +
+               (sdpa_i64)h * (D * 16) + q_d * 16;
+  float acc_dq[Q_TM / 16][Q_TD / 8][4];
+  zero_acc(acc_dq);
+  warp_gemm<DT, Q_TM, Q_TD, N, false, true>(acc_dq, sdS + q_m * LD_N, LD_N,
+                                            sK + q_d, LD_D);
+#if SDPA_DETERMINISTIC
+  /* Wait for the kv tiles before this one (in index order) that visit
+   * this query tile. */
+  if (threadIdx.x == 0) {
+    int seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(sem));
+    } while (seen != j - kv_first);
+  }
+  __syncthreads();
+#endif
+#pragma unroll
+  for (int mi = 0; mi < Q_TM / 16; ++mi)
+    if (WHOLE || i0 + q_m + mi * 16 < sq) {
+#pragma unroll
+      for (int nj = 0; nj < Q_TD / 8; ++nj)
+        red_frag(dqa + mi * blk_elems + nj * 128, lane, acc_dq[mi][nj]);
+    }
+#if SDPA_DETERMINISTIC
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int next = j - kv_first + 1;
+    asm volatile("st.release.gpu.global.s32 [%0], %1;" :: "l"(sem), "r"(next));
+  }
+#endif
+  (void)band, (void)b, (void)it, (void)j;
+}
+
+/* The epilogue: the CTA's dK (times the softmax scale) and dV, rows
+ * below kv_valid, from the accumulators' fragments. */
+SDPA_DEVICE void store_dk_dv(const sdpa_kernel_params &p, int b, sdpa_i64 kv0, int k0, int hk,
+                             int kv_valid, int kv_n, int kv_d, int kv_dv, int g, int t,
+                             const float (&acc_dk)[KV_TN / 16][KV_TD / 8][4],
+                             const float (&acc_dv)[KV_TN / 16][KV_TDV / 8][4]) {
+  u16 *dk = (u16 *)p.dk + kv_row_offset(b, kv0, k0, hk, p.dk_batch, p.dk_seq, p.dk_head);
+  u16 *dv = (u16 *)p.dv + kv_row_offset(b, kv0, k0, hk, p.dv_batch, p.dv_seq, p.dv_head);
+#pragma unroll
+  for (int ni = 0; ni < KV_TN / 16; ++ni)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = kv_n + ni * 16 + g + hf * 8;
+      if (SDPA_EVEN || r < kv_valid) {
+#pragma unroll
+        for (int dj = 0; dj < KV_TD / 8; ++dj)
+          *(u32 *)(dk + r * p.dk_seq + kv_d + dj * 8 + 2 * t) =
+              pack2<DT>(acc_dk[ni][dj][hf * 2] * p.scale, acc_dk[ni][dj][hf * 2 + 1] * p.scale);
+#pragma unroll
+        for (int dj = 0; dj < KV_TDV / 8; ++dj)
+          *(u32 *)(dv + r * p.dv_seq + kv_dv + dj * 8 + 2 * t) =
+              pack2<DT>(acc_dv[ni][dj][hf * 2], acc_dv[ni][dj][hf * 2 + 1]);
+      }
+    }
+  (void)kv_valid;
+}
+
 extern "C" __global__ void __launch_bounds__(NT, 1)
 sdpa_bwd_main(const sdpa_kernel_params p) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -529,37 +721,7 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   /* Issues the loads of step (head lh, tile lit) into `stage`; `whole`:
    * Flag<true> when the query tile is known to lie inside the sequence. */
   auto issue = [&](int lh, int lit, int stage, auto whole) {
-    constexpr bool WHOLE = decltype(whole)::value;
-    const int i0 = lit * M;
-    const int q_valid = sq - i0 < M ? sq - i0 : M;
-#if SDPA_LAYOUT == 1
-    const sdpa_i64 qb = (sdpa_i64)b * p.q_batch + (sdpa_i64)i0 * p.q_seq + (sdpa_i64)lh * p.q_head;
-    const sdpa_i64 dob = (sdpa_i64)b * p.do_batch + (sdpa_i64)i0 * p.do_seq + (sdpa_i64)lh * p.do_head;
-    const sdpa_i64 lse_b = (sdpa_i64)b * p.lse_batch + (sdpa_i64)lh * p.lse_head;
-#else
-    const sdpa_i64 qb = (q0 + i0) * p.q_seq + (sdpa_i64)lh * p.q_head;
-    const sdpa_i64 dob = (q0 + i0) * p.do_seq + (sdpa_i64)lh * p.do_head;
-    const sdpa_i64 lse_b = (sdpa_i64)lh * p.lse_head + q0 * p.lse_seq;
-#endif
-    copy_tile<M, D, WHOLE>(smem0 + SMEM_Q + stage * M * LD_D * 2, (const u16 *)p.q + qb,
-                           p.q_seq, q_valid);
-    copy_tile<M, DV, WHOLE>(smem0 + SMEM_DO + stage * M * LD_DV * 2,
-                            (const u16 *)p.dout + dob, p.do_seq, q_valid);
-    /* LSE and Delta rows ride in the same cp.async group; rows past the
-     * sequence are zero-filled (and masked). */
-    if (threadIdx.x < M) {
-      const int r = threadIdx.x, i = i0 + r;
-      const bool ok = WHOLE || i < sq;
-#if SDPA_LSE_PACKED
-      const float *lse_src = p.lse + lse_b + (ok ? i : 0);
-#else
-      const float *lse_src = p.lse + lse_b + (ok ? (sdpa_i64)i * p.lse_seq : 0);
-#endif
-      const float *delta_src = p.delta + (sdpa_i64)lh * p.rows_q + q0 + (ok ? i : 0);
-      cp_async4(smem0 + SMEM_LSE + (stage * M + r) * 4, lse_src, ok);
-      cp_async4(smem0 + SMEM_DELTA + (stage * M + r) * 4, delta_src, ok);
-    }
-    cp_async_commit();
+    load_step<decltype(whole)::value>(p, b, q0, sq, lh, lit, stage, smem0);
   };
 
   /* The tile pairs that need element-wise masking (band edges, sequence
@@ -647,75 +809,8 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
     const float *lse = sLSE + stage * M;
     const float *dlt = sDelta + stage * M;
 
-    /* ---- S = Q K^T -> P (to smem, and kept packed in registers), then
-     * dP = dO V^T -> dS = P * (dP - Delta) (to smem). Holding P packed in
-     * 16-bit pairs rather than as fp32 keeps S and dP from being live
-     * together next to the dK/dV accumulators; dS then uses the same
-     * rounded P that dV = P^T dO uses. */
-    {
-      u32 p_pk[S_TM / 16][2][S_TN / 8];
-      {
-        float acc_s[S_TM / 16][S_TN / 8][4];
-        zero_acc(acc_s);
-        warp_gemm<DT, S_TM, S_TN, D, false, false>(acc_s, sQ + s_m * LD_D, LD_D,
-                                                   sK + s_n * LD_D, LD_D);
-#if NW == 8
-        if (PEELED ? MASKED : !unmasked(it))
-          mask_tile(acc_s, s_m, s_n, g, t, band, i0, k0, sq, skv);
-        softmax_tile<false>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0, k0,
-                            sq, skv);
-#else
-        if (unmasked(it))
-          softmax_tile<false>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
-                              k0, sq, skv);
-        else
-          softmax_tile<true>(acc_s, p_pk, lse, sP, s_m, s_n, g, t, p.scale_log2, band, i0,
-                             k0, sq, skv);
-        (void)MASKED;
-#endif
-      }
-      /* dP - Delta: with DELTA_IN_DP the accumulators start at -Delta of
-       * their rows (no subtraction after the GEMM), else at 0. */
-      float acc_dp[S_TM / 16][S_TN / 8][4];
-#pragma unroll
-      for (int mi = 0; mi < S_TM / 16; ++mi)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const float start = DELTA_IN_DP ? -dlt[s_m + mi * 16 + g + hf * 8] : 0.f;
-#pragma unroll
-          for (int nj = 0; nj < S_TN / 8; ++nj)
-            acc_dp[mi][nj][hf * 2] = acc_dp[mi][nj][hf * 2 + 1] = start;
-        }
-      warp_gemm<DT, S_TM, S_TN, DV, false, false>(acc_dp, sdO + s_m * LD_DV, LD_DV,
-                                                  sV + s_n * LD_DV, LD_DV);
-      u32 ds_pk[S_TM / 16][2][S_TN / 8];
-#pragma unroll
-      for (int mi = 0; mi < S_TM / 16; ++mi)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int r = s_m + mi * 16 + g + hf * 8;
-          const float row_delta = DELTA_IN_DP ? 0.f : dlt[r];
-#pragma unroll
-          for (int nj = 0; nj < S_TN / 8; ++nj) {
-            const u32 pp = p_pk[mi][hf][nj];
-#if SDPA_DTYPE == 2
-            /* bf16 keeps fp32's range: multiply the pairs packed (one
-             * rounding of dP - Delta more than the fp32 product). */
-            ds_pk[mi][hf][nj] = mul_bf16x2(
-                pp, pack2<DT>(acc_dp[mi][nj][hf * 2] - row_delta,
-                              acc_dp[mi][nj][hf * 2 + 1] - row_delta));
-#else
-            /* fp16: dP - Delta may exceed its range where dS does not. */
-            const float p0 = to_float<DT>((u16)(pp & 0xffff));
-            const float p1 = to_float<DT>((u16)(pp >> 16));
-            ds_pk[mi][hf][nj] = pack2<DT>(p0 * (acc_dp[mi][nj][hf * 2] - row_delta),
-                                          p1 * (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
-#endif
-            if (!STSM) *(u32 *)(sdS + r * LD_N + s_n + nj * 8 + 2 * t) = ds_pk[mi][hf][nj];
-          }
-        }
-      if (STSM) store_frags<S_TM, S_TN>(sdS + s_m * LD_N + s_n, LD_N, ds_pk);
-    }
+    scores_and_ds(p, PEELED ? !MASKED : unmasked(it), band, i0, k0, sq, skv, sQ, sK, sdO,
+                  sV, sP, sdS, lse, dlt, s_m, s_n, g, t);
     __syncthreads();
 
     /* ---- dV += P^T dO, dK += dS^T Q. */
@@ -724,49 +819,7 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
     warp_gemm<DT, KV_TN, KV_TD, M, true, true>(acc_dk, sdS + kv_n, LD_N,
                                                sQ + kv_d, LD_D);
 
-    /* ---- dQacc += dS K, one vector reduction per m16n8 fragment into
-     * dq_accum's fragment-ordered blocks. 16-row blocks past the sequence
-     * belong to the next one and are skipped. */
-    {
-#if SDPA_DETERMINISTIC
-      int kv_first = 0;
-      if (band.left >= 0) kv_first = max(0, i0 + band.off - band.left) / N;
-      int *sem = p.semaphores + ((sdpa_i64)h * p.batch + b) * p.q_tiles + it;
-#endif
-      const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
-      float *dqa = p.dq_accum + (blk0 + (i0 + q_m) / 16) * blk_elems +
-                   (sdpa_i64)h * (D * 16) + q_d * 16;
-      float acc_dq[Q_TM / 16][Q_TD / 8][4];
-      zero_acc(acc_dq);
-      warp_gemm<DT, Q_TM, Q_TD, N, false, true>(acc_dq, sdS + q_m * LD_N, LD_N,
-                                                sK + q_d, LD_D);
-#if SDPA_DETERMINISTIC
-      /* Wait for the kv tiles before this one (in index order) that visit
-       * this query tile. */
-      if (threadIdx.x == 0) {
-        int seen;
-        do {
-          asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(sem));
-        } while (seen != j - kv_first);
-      }
-      __syncthreads();
-#endif
-#pragma unroll
-      for (int mi = 0; mi < Q_TM / 16; ++mi)
-        if (WHOLE || i0 + q_m + mi * 16 < sq) {
-#pragma unroll
-          for (int nj = 0; nj < Q_TD / 8; ++nj)
-            red_frag(dqa + mi * blk_elems + nj * 128, lane, acc_dq[mi][nj]);
-        }
-#if SDPA_DETERMINISTIC
-      __threadfence();
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        const int next = j - kv_first + 1;
-        asm volatile("st.release.gpu.global.s32 [%0], %1;" :: "l"(sem), "r"(next));
-      }
-#endif
-    }
+    reduce_dq<WHOLE>(p, band, b, h, it, j, i0, sq, blk0, sdS, sK, q_m, q_d, lane);
 #if SDPA_STAGES == 1
     __syncthreads(); /* the next step's loads overwrite this step's tiles */
 #endif
@@ -780,25 +833,7 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
     for (; st < masked_steps; ++st) step(st, Flag<true>());
   for (; st < steps; ++st) step(st, Flag<false>());
 
-  /* ---- epilogue: dK (scaled), dV rows < kv_valid. */
-  u16 *dk = (u16 *)p.dk + kv_row_offset(b, kv0, k0, hk, p.dk_batch, p.dk_seq, p.dk_head);
-  u16 *dv = (u16 *)p.dv + kv_row_offset(b, kv0, k0, hk, p.dv_batch, p.dv_seq, p.dv_head);
-#pragma unroll
-  for (int ni = 0; ni < KV_TN / 16; ++ni)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = kv_n + ni * 16 + g + hf * 8;
-      if (SDPA_EVEN || r < kv_valid) {
-#pragma unroll
-        for (int dj = 0; dj < KV_TD / 8; ++dj)
-          *(u32 *)(dk + r * p.dk_seq + kv_d + dj * 8 + 2 * t) =
-              pack2<DT>(acc_dk[ni][dj][hf * 2] * p.scale, acc_dk[ni][dj][hf * 2 + 1] * p.scale);
-#pragma unroll
-        for (int dj = 0; dj < KV_TDV / 8; ++dj)
-          *(u32 *)(dv + r * p.dv_seq + kv_dv + dj * 8 + 2 * t) =
-              pack2<DT>(acc_dv[ni][dj][hf * 2], acc_dv[ni][dj][hf * 2 + 1]);
-      }
-    }
+  store_dk_dv(p, b, kv0, k0, hk, kv_valid, kv_n, kv_d, kv_dv, g, t, acc_dk, acc_dv);
 
 #if SDPA_FOLD_DQ
   /* ---- dQ hand-off: count into the tiles, convert the completed ones
