@@ -80,16 +80,22 @@ static_assert(HOP_N == 64 * SDPA_HOPPER_CONSUMERS && SDPA_WARPS == SDPA_HOPPER_W
 static_assert(HOP_M == 128 || HOP_M == 64, "query tile");
 static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 
-/* Register budgets after setmaxnreg: 128 * P + 256 * C <= 65536. */
+/* Register budgets after setmaxnreg. The block starts with
+ * ENTRY_REGS a thread (__launch_bounds__(THREADS, 1): 65536 / 384 rounded
+ * down to a multiple of 8 = 168), and setmaxnreg.inc waits until the pool
+ * has what it asks for, so the warpgroups' budgets must fit in what the
+ * block holds: 128 * P + 128 * CONSUMERS * C <= ENTRY_REGS * THREADS. */
 #ifndef SDPA_HOPPER_PRODUCER_REGS
-#define SDPA_HOPPER_PRODUCER_REGS 32
+#define SDPA_HOPPER_PRODUCER_REGS 24
 #endif
 #ifndef SDPA_HOPPER_CONSUMER_REGS
 #define SDPA_HOPPER_CONSUMER_REGS 240
 #endif
-static_assert(128 * SDPA_HOPPER_PRODUCER_REGS + 128 * SDPA_HOPPER_CONSUMERS *
-                                                    SDPA_HOPPER_CONSUMER_REGS <= 65536,
-              "register budget");
+#define ENTRY_REGS ((65536 / HOP_THREADS) / 8 * 8)
+static_assert(128 * SDPA_HOPPER_PRODUCER_REGS +
+                      128 * SDPA_HOPPER_CONSUMERS * SDPA_HOPPER_CONSUMER_REGS <=
+                  ENTRY_REGS * HOP_THREADS,
+              "setmaxnreg budgets within the block's registers (else .inc never returns)");
 
 /* One CTA's work: kv rows [k0, k0 + kv_valid) of sequence b, kv head hk;
  * for each query head of the group, query tiles [it_lo, it_hi]. */

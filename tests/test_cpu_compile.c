@@ -652,7 +652,7 @@ static Suite *compile_suite(void) {
   tcase_set_timeout(cache, 600); /* a few keys each */
   tcase_add_test(cache, disk_then_memory);
   tcase_add_test(cache, damaged_cubin_is_recompiled);
-  tcase_add_test(cache, not_a_database_is_moved_aside);
+  tcase_add_test(cache, not_a_database_is_left_alone);
   tcase_add_test(cache, uncreatable_directory_works_in_memory);
   tcase_add_test(cache, disabled_cache_works_in_memory);
   tcase_add_test(cache, single_flight_in_process);
