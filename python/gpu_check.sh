@@ -74,7 +74,7 @@ for step in $steps; do
       note "  $(grep -h '^shared cache' "$LOG" | tail -1)"
       note "  $(grep -h '^each key compiled exactly once' "$LOG" | tail -1)"
       note "  $(grep -h '^sdpa_jit ' "$LOG" | tail -1)"
-      note "  $(grep -h 'vs the one-GPU run' "$LOG" | tail -1)"
+      note "  $(grep -h 'vs the one-GPU run' "$LOG" | tail -1)" ;;
     tests)
       SDPA_JIT_TEST_REPORT=$OUT/errors.jsonl timeout ${TESTS_S:-120} python3 -m pytest -p no:cacheprovider \
         -rs -q --timeout 60 --junitxml="$OUT/pytest.xml" python/tests 2>&1 | tee -a "$LOG" | tail -40
