@@ -17,8 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sqlite3.h>
 #include <xxhash.h>
 
+#include "cache.h"
 #include "check_main.h"
 #include "instantiate.h"
 #include "key.h"
@@ -478,6 +480,54 @@ START_TEST(key_names) {
 }
 END_TEST
 
+/* The one list of key fields (key_fields.h) and the cache's table agree:
+ * every field is a column of cache/schema.sql (as embedded), TEXT for a
+ * named value and INTEGER for a number; and the key text and the
+ * translation unit name every field. */
+START_TEST(key_fields_are_columns_text_and_defines) {
+  sqlite3 *db = NULL;
+  ck_assert_int_eq(sqlite3_open(":memory:", &db), SQLITE_OK);
+  char *message = NULL;
+  ck_assert_msg(sqlite3_exec(db, sdpa_embedded_schema_sql, NULL, NULL, &message) == SQLITE_OK,
+                "schema: %s", message ? message : "");
+  static const struct {
+    const char *column, *type, *define;
+    int text;
+  } fields[] = {
+#define ROW(member, text, column, kind, define, entry)                        \
+  {column, SDPA_KEY_KIND_IS_TEXT(kind) ? "TEXT" : "INTEGER", define, SDPA_KEY_KIND_IS_TEXT(kind)},
+      SDPA_KEY_FIELDS(ROW)
+#undef ROW
+  };
+  ck_assert_int_eq(sizeof fields / sizeof fields[0], SDPA_KEY_FIELD_COUNT);
+  const sdpa_key_fields f = base_fields();
+  const sdpa_key key = build(&f);
+  char *unit = NULL;
+  ck_assert_int_eq(sdpa_instantiate_source(&f, &unit), SDPA_STATUS_SUCCESS);
+  for (int i = 0; i < SDPA_KEY_FIELD_COUNT; i++) {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT type FROM pragma_table_info('kernels') WHERE name = '%s'",
+             fields[i].column);
+    sqlite3_stmt *stmt = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &stmt, NULL), SQLITE_OK);
+    ck_assert_msg(sqlite3_step(stmt) == SQLITE_ROW, "column %s is missing from schema.sql",
+                  fields[i].column);
+    ck_assert_str_eq((const char *)sqlite3_column_text(stmt, 0), fields[i].type);
+    sqlite3_finalize(stmt);
+    const char *name = NULL;
+    char value[32], want[64];
+    sdpa_key_field_text(&f, i, &name, NULL, value, sizeof value);
+    snprintf(want, sizeof want, ";%s=%s", name, value);
+    ck_assert_msg(strstr(key.text, want), "key text lacks %s: %s", want, key.text);
+    snprintf(want, sizeof want, "#define %s ", fields[i].define);
+    ck_assert_msg(strstr(unit, want), "translation unit lacks %s", want);
+  }
+  free(unit);
+  sqlite3_close(db);
+}
+END_TEST
+
 static Suite *key_suite(void) {
   Suite *s = suite_create("key");
   TCase *tc = tcase_create("key");
@@ -490,6 +540,7 @@ static Suite *key_suite(void) {
   tcase_add_test(tc, descriptor_fields_that_select_code);
   tcase_add_test(tc, launch_arguments_leave_key_unchanged);
   tcase_add_test(tc, key_names);
+  tcase_add_test(tc, key_fields_are_columns_text_and_defines);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,0 +1,153 @@
+/*
+ * test_cpu_traits.c — host and kernels agree on every configuration.
+ *
+ * templates/sdpa_traits.h is compiled twice: by the host's C compiler
+ * (the plan sizes launches from it) and by NVRTC (the kernels take their
+ * shared-memory carve and warp partitions from it). For every
+ * configuration the tile table can pick (each head dim's candidates and
+ * the small-grid ones, with and without the tight variants), this suite
+ * writes the host's values into a translation unit of static_asserts and
+ * has NVRTC compile it: any disagreement fails the compile. A wrong value
+ * planted on purpose must fail it (the check can fail), and the kernel
+ * itself static_asserts that its tiles fit the carve (compiled by
+ * test_cpu_compile and test_cpu_kernels).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "nvrtc.h"
+#include "plan.h"
+#include "sdpa_jit.h"
+
+/* Appends the static_asserts of one configuration to `out`. */
+static void assert_config(FILE *out, sdpa_mma_config c, int plant_error) {
+  const sdpa_mma_smem s = sdpa_mma_smem_layout(c);
+  const sdpa_mma_split w = sdpa_mma_warp_split(c);
+  fprintf(out,
+          "static_assert(sdpa_mma_smem_layout(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).total"
+          " == %d, \"smem total\");\n",
+          c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile, c.warps, c.stages, c.deterministic,
+          c.window, c.fold_dq, s.total + (plant_error ? 16 : 0));
+  fprintf(out,
+          "static_assert(sdpa_mma_smem_layout(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).ds"
+          " == %d && sdpa_mma_smem_layout(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).delta"
+          " == %d, \"smem regions\");\n",
+          c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile, c.warps, c.stages, c.deterministic,
+          c.window, c.fold_dq, s.ds, c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile, c.warps,
+          c.stages, c.deterministic, c.window, c.fold_dq, s.delta);
+  fprintf(out,
+          "static_assert(sdpa_mma_warp_split(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).s_rows"
+          " == %d && sdpa_mma_warp_split(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).kv_rows"
+          " == %d, \"warp split\");\n",
+          c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile, c.warps, c.stages, c.deterministic,
+          c.window, c.fold_dq, w.s_rows, c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile,
+          c.warps, c.stages, c.deterministic, c.window, c.fold_dq, w.kv_rows);
+  fprintf(out, "static_assert(sdpa_aux_lanes(%d) == %d, \"aux lanes\");\n", c.head_dim_v,
+          sdpa_aux_lanes(c.head_dim_v));
+}
+
+/* The translation unit for every configuration (one planted error when
+ * `plant_error`). Returns a malloc'd string and the count. */
+static char *traits_unit(int plant_error, size_t *configs) {
+  static const int dims[] = {32, 64, 96, 128, 192, 256};
+  char *text = NULL;
+  size_t size = 0;
+  FILE *out = open_memstream(&text, &size);
+  ck_assert_ptr_nonnull(out);
+  fputs("#include \"sdpa_traits.h\"\n", out);
+  *configs = 0;
+  for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
+    sdpa_mma_config candidates[16];
+    const size_t n = sdpa_config_candidates(dims[d], candidates, 16);
+    ck_assert_uint_gt(n, 0);
+    ck_assert_uint_le(n, 16);
+    for (size_t i = 0; i < n; i++)
+      for (int variant = 0; variant < 4; variant++) {
+        sdpa_mma_config c = candidates[i];
+        c.deterministic = variant == 1;
+        c.window = variant == 2;
+        c.fold_dq = variant == 3;
+        if (variant == 3) c.head_dim_v = c.head_dim / 2 >= 32 ? c.head_dim / 2 : c.head_dim;
+        assert_config(out, c, plant_error && *configs == 5);
+        ++*configs;
+      }
+  }
+  ck_assert_int_eq(fclose(out), 0);
+  return text;
+}
+
+START_TEST(host_and_device_agree) {
+  size_t configs = 0;
+  char *unit = traits_unit(0, &configs);
+  void *cubin = NULL;
+  size_t size = 0;
+  char *log = NULL;
+  sdpa_status st = sdpa_nvrtc_compile(unit, "traits.cu", 80, &cubin, &size, &log);
+  ck_assert_msg(st == SDPA_STATUS_SUCCESS, "host and device disagree:\n%s",
+                log ? log : sdpa_last_error());
+  printf("traits: %zu configurations, host == device\n", configs);
+  ck_assert_uint_ge(configs, 6 * 4 * 4);
+  free(cubin);
+  free(log);
+  free(unit);
+
+  /* the check can fail: one planted wrong total */
+  unit = traits_unit(1, &configs);
+  st = sdpa_nvrtc_compile(unit, "traits.cu", 80, &cubin, &size, &log);
+  ck_assert_int_eq(st, SDPA_STATUS_COMPILE_FAILED);
+  ck_assert_msg(log && strstr(log, "smem total"), "log: %s", log ? log : "");
+  free(cubin);
+  free(log);
+  free(unit);
+}
+END_TEST
+
+/* The plan sizes its launch from the traits: the main kernel's dynamic
+ * shared memory and threads of a plan are the traits' for its key. */
+START_TEST(plans_launch_what_the_traits_say) {
+  sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
+  opts.disable_disk_cache = 1;
+  opts.arch = 90;
+  sdpa_runtime *rt = NULL;
+  ck_assert_int_eq(sdpa_runtime_create(&rt, &opts), SDPA_STATUS_SUCCESS);
+  static const int dims[] = {32, 64, 96, 128, 192, 256};
+  for (size_t d = 0; d < 6; d++)
+    for (int det = 0; det < 2; det++) {
+      sdpa_bwd_desc desc = SDPA_BWD_DESC_INIT;
+      desc.dtype = SDPA_DTYPE_BF16;
+      desc.layout = SDPA_LAYOUT_BSHD;
+      desc.batch = 4;
+      desc.heads_q = desc.heads_kv = 8;
+      desc.seqlen_q = desc.seqlen_kv = 2048;
+      desc.head_dim = dims[d];
+      desc.deterministic = det;
+      sdpa_bwd_plan *plan = NULL;
+      ck_assert_int_eq(sdpa_bwd_plan_create(&plan, rt, &desc), SDPA_STATUS_SUCCESS);
+      const sdpa_mma_config c = sdpa_config_mma(&plan->fields);
+      ck_assert_int_eq(plan->smem_bytes, sdpa_mma_smem_layout(c).total);
+      ck_assert_int_eq(plan->threads, sdpa_mma_threads(c));
+      ck_assert_int_le(plan->smem_bytes, sdpa_arch_smem_limit(90));
+      sdpa_bwd_plan_info info = SDPA_BWD_PLAN_INFO_INIT;
+      ck_assert_int_eq(sdpa_bwd_plan_query(plan, &info), SDPA_STATUS_SUCCESS);
+      ck_assert_int_eq(info.smem_bytes, plan->smem_bytes);
+      ck_assert_int_eq(info.family, SDPA_FAMILY_MMA);
+      ck_assert_ptr_nonnull(info.family_reason);
+      sdpa_bwd_plan_destroy(plan);
+    }
+  sdpa_runtime_destroy(rt);
+}
+END_TEST
+
+static Suite *traits_suite(void) {
+  Suite *s = suite_create("traits");
+  TCase *tc = tcase_create("traits");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, host_and_device_agree);
+  tcase_add_test(tc, plans_launch_what_the_traits_say);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) { return sdpa_test_run(traits_suite()); }
