@@ -147,6 +147,19 @@ static sdpa_status read_error(const cache_layer *layer, sqlite3 *db, int rc) {
                         cache_is_damage(rc) ? " (run `sdpa-jit verify` to recover it)" : "");
 }
 
+/* A fresh read-only connection to `layer` for one scan. Returns 0 when the
+ * layer is not open (skip it), else 1 with *rc the code of connecting. */
+static int open_layer(sdpa_cache *cache, const cache_layer *layer, sqlite3 **db, int *rc) {
+  pthread_mutex_lock(&cache->read_lock);
+  const int open = layer->db != NULL;
+  pthread_mutex_unlock(&cache->read_lock);
+  *db = NULL;
+  *rc = SQLITE_OK;
+  if (!open) return 0;
+  *rc = cache_layer_connect(cache, layer, db);
+  return 1;
+}
+
 /* One layer's cursor of the merged walk. */
 typedef struct cursor {
   cache_layer *layer;
@@ -184,11 +197,8 @@ sdpa_status sdpa_cache_foreach_entry(sdpa_cache *cache, sdpa_cache_entry_fn fn, 
   for (size_t i = 0; i < n && !status; i++) {
     cursor *c = &cursors[i];
     c->layer = cache_layer_at(cache, i);
-    pthread_mutex_lock(&cache->read_lock);
-    const int open = c->layer->db != NULL;
-    pthread_mutex_unlock(&cache->read_lock);
-    if (!open) continue;
-    int rc = cache_layer_connect(cache, c->layer, &c->db);
+    int rc;
+    if (!open_layer(cache, c->layer, &c->db, &rc)) continue;
     char *select = rc == SQLITE_OK ? entry_select(c->db) : NULL;
     char *sql = NULL;
     if (select && asprintf(&sql, "%s ORDER BY last_used DESC, created DESC, key_hash",
@@ -327,11 +337,8 @@ static sdpa_status find_key(sdpa_cache *cache, const char *key, size_t *layer_in
     cache_layer *layer = cache_layer_at(cache, i);
     sqlite3 *db = NULL;
     sqlite3_stmt *stmt = NULL;
-    pthread_mutex_lock(&cache->read_lock);
-    const int open = layer->db != NULL;
-    pthread_mutex_unlock(&cache->read_lock);
-    if (!open) continue;
-    int rc = cache_layer_connect(cache, layer, &db);
+    int rc;
+    if (!open_layer(cache, layer, &db, &rc)) continue;
     if (rc == SQLITE_OK) rc = sqlite3_prepare_v2(db, sql, -1, &stmt, NULL);
     if (rc == SQLITE_OK) {
       sqlite3_bind_text(stmt, 1, hex ? low : key, -1, SQLITE_STATIC);
@@ -469,11 +476,8 @@ sdpa_status sdpa_cache_get_stats(sdpa_cache *cache, sdpa_cache_stats *out) {
     cache_layer *layer = cache_layer_at(cache, i);
     sqlite3 *db = NULL;
     sqlite3_stmt *stmt = NULL;
-    pthread_mutex_lock(&cache->read_lock);
-    const int open = layer->db != NULL;
-    pthread_mutex_unlock(&cache->read_lock);
-    if (!open) continue;
-    int rc = cache_layer_connect(cache, layer, &db);
+    int rc;
+    if (!open_layer(cache, layer, &db, &rc)) continue;
     if (rc == SQLITE_OK)
       rc = sqlite3_prepare_v2(db,
                               "SELECT count(*), total(length(cubin)), total(hits), "
@@ -588,11 +592,9 @@ sdpa_status sdpa_cache_verify_all(sdpa_cache *cache, sdpa_cache_blob_check check
     char verdict[512];
     int rc = SQLITE_OK;
     pthread_mutex_lock(&cache->read_lock);
-    const int open = layer->db != NULL;
     const int writable = !layer->shipped && !layer->readonly;
     pthread_mutex_unlock(&cache->read_lock);
-    if (!open) continue;
-    rc = cache_layer_connect(cache, layer, &db);
+    if (!open_layer(cache, layer, &db, &rc)) continue;
     /* The file as a whole first: a damaged b-tree cannot be fixed by
      * removing rows. */
     if (rc == SQLITE_OK && integrity(db, verdict, sizeof verdict, &rc) != 0 &&
