@@ -12,6 +12,9 @@ for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 
+# The Python package's tests need an interpreter (pytest comes from pip).
+command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-pip)
+
 have_cuda=0
 for d in "${CUDA_HOME:-}" /usr/local/cuda /usr; do
   if [ -n "$d" ] && [ -f "$d/include/nvrtc.h" ]; then have_cuda=1; break; fi
