@@ -12,6 +12,7 @@
  */
 #include <stdint.h>
 
+#include "hopper.h"
 #include "launch.h"
 #include "runtime.h"
 #include "status.h"
@@ -167,16 +168,22 @@ static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void 
   if (aux_blocks > 0 || p.semaphores) /* zeroes what main counts on */
     launches[count++] = (sdpa_launch){m->preprocess, "launching sdpa_bwd_preprocess",
                                       aux_blocks > 0 ? (unsigned)aux_blocks : 1u, 1u,
-                                      SDPA_AUX_THREADS, 0u};
+                                      SDPA_AUX_THREADS, 0u, 0};
+  const int hopper = plan->fields.family == SDPA_FAMILY_HOPPER;
+  sdpa_tensor_maps maps;
+  if (hopper && main_x > 0 &&
+      (status = sdpa_hopper_tensor_maps(drv, &plan->fields, d, &p, &maps)))
+    return status;
   if (main_x > 0)
     launches[count++] = (sdpa_launch){m->main, "launching sdpa_bwd_main",
                                       (unsigned)main_x, (unsigned)d->heads_kv,
-                                      (unsigned)plan->threads, (unsigned)plan->smem_bytes};
+                                      (unsigned)plan->threads, (unsigned)plan->smem_bytes,
+                                      hopper};
   if (!fold_dq && aux_blocks > 0 && convert_x > 0)
     launches[count++] = (sdpa_launch){m->convert, "launching sdpa_bwd_convert_dq",
-                                      (unsigned)convert_x, 1u, SDPA_AUX_THREADS, 0u};
+                                      (unsigned)convert_x, 1u, SDPA_AUX_THREADS, 0u, 0};
   return sdpa_launch_run(&plan->graphs, drv, ctx, (CUstream)stream, launches,
-                         count, &p);
+                         count, &p, hopper ? &maps : NULL);
 }
 
 sdpa_status sdpa_bwd_execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t,

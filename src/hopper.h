@@ -1,30 +1,53 @@
 /*
  * hopper.h — the sm_90a family (wgmma + TMA, warp-specialized) on the host:
- * what it covers, its tiles, and the tensor maps its main kernel reads
- * through.
+ * what it covers, its tiles and launch shape, and the tensor maps its main
+ * kernel reads through.
  *
  * The plan asks sdpa_hopper_covers() whether the family can run a
- * descriptor (AUTO takes it on sm_90 when it can; the reason is recorded
- * either way) and sdpa_hopper_config_select() for its tiles; execute asks
- * for the tensor maps of the call's pointers.
+ * descriptor with its options (AUTO takes it on sm_90 when it can; the
+ * reason is recorded either way) and sdpa_hopper_config_select() for its
+ * tiles; execute asks sdpa_hopper_tensor_maps() for the maps of the call's
+ * pointers (templates/sdpa_tensor_maps.h says how each is encoded). The
+ * configuration itself lives in templates/sdpa_hopper_traits.h, read by
+ * the kernel as well.
  */
 #ifndef SDPA_HOPPER_H
 #define SDPA_HOPPER_H
 
 #include <stddef.h>
 
+#include "driver.h"
 #include "key_fields.h"
 #include "sdpa_jit.h"
+#include "../templates/sdpa_params.h"
+#include "../templates/sdpa_tensor_maps.h"
+
+/* Whether SDPA_FAMILY_AUTO takes the Hopper family where it covers the
+ * descriptor (1), or only a plan that asks for it does (0). */
+#define SDPA_HOPPER_BY_DEFAULT 0
 
 /* 1 when the Hopper family runs `d` (resolved) with options `o`; `why`
- * gets a sentence either way ("sm_90, head_dim 128: covered" or what it
- * does not cover). */
+ * gets a sentence either way ("covers this descriptor" or what it does
+ * not cover: the arch, head dims, determinism, the dQ writer, strides the
+ * bulk copies cannot express). */
 int sdpa_hopper_covers(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, char *why,
                        size_t why_size);
 
 /* The family's tiles for a covered descriptor: fills the tile fields of
- * `f` and *smem_bytes. */
+ * `f` and *smem_bytes (NOT_SUPPORTED past the arch's shared memory). */
 sdpa_status sdpa_hopper_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o,
                                       sdpa_key_fields *f, int *smem_bytes);
+
+/* Threads per block and blocks in x of the family's main kernel. */
+int sdpa_hopper_block_threads(const sdpa_key_fields *f);
+long long sdpa_hopper_blocks_x(const sdpa_key_fields *f, int seqlen_kv, int batch);
+
+/* Encodes the call's four tensor maps (q, k, v, dout) from the bound
+ * parameter block `p` (pointers, strides, THD token totals) through the
+ * driver's cuTensorMapEncodeTiled. NOT_SUPPORTED when the driver lacks it;
+ * DRIVER_ERROR (naming the tensor) when it refuses one. */
+sdpa_status sdpa_hopper_tensor_maps(const sdpa_driver *drv, const sdpa_key_fields *f,
+                                    const sdpa_bwd_desc *d, const sdpa_kernel_params *p,
+                                    sdpa_tensor_maps *out);
 
 #endif /* SDPA_HOPPER_H */

@@ -44,6 +44,24 @@ void sdpa_launch_graphs_destroy(sdpa_launch_graphs *g, const sdpa_driver *drv) {
   pthread_mutex_destroy(&g->lock);
 }
 
+/* The kernel parameters of a launch: the block alone, or with the maps.
+ * The driver copies them and never writes them. */
+typedef struct launch_args {
+  void *block[1];
+  void *with_maps[2];
+} launch_args;
+
+static void args_init(launch_args *a, const sdpa_kernel_params *p,
+                      const sdpa_tensor_maps *maps) {
+  a->block[0] = (void *)p;
+  a->with_maps[0] = (void *)p;
+  a->with_maps[1] = (void *)maps;
+}
+
+static void **args_of(launch_args *a, const sdpa_launch *l) {
+  return l->takes_maps ? a->with_maps : a->block;
+}
+
 static void node_params(const sdpa_launch *l, void **args,
                         CUDA_KERNEL_NODE_PARAMS *out) {
   memset(out, 0, sizeof *out);
@@ -61,15 +79,17 @@ static void node_params(const sdpa_launch *l, void **args,
 /* Makes lg's graph of `count` chained kernel nodes in the current
  * context; 0 on success, -1 on any driver failure (nothing kept). */
 static int make_graph(const sdpa_driver *drv, const sdpa_launch *launches, int count,
-                      const sdpa_kernel_params *p, sdpa_launch_graph *lg) {
-  void *args[] = {(void *)p}; /* the driver copies it, never writes it */
+                      const sdpa_kernel_params *p, const sdpa_tensor_maps *maps,
+                      sdpa_launch_graph *lg) {
+  launch_args args;
+  args_init(&args, p, maps);
   if (drv->cuGraphCreate(&lg->graph, 0) != CUDA_SUCCESS) {
     lg->graph = NULL;
     return -1;
   }
   for (int i = 0; i < count; ++i) {
     CUDA_KERNEL_NODE_PARAMS np;
-    node_params(&launches[i], args, &np);
+    node_params(&launches[i], args_of(&args, &launches[i]), &np);
     if (drv->cuGraphAddKernelNode(&lg->nodes[i], lg->graph,
                                   i ? &lg->nodes[i - 1] : NULL, i ? 1 : 0,
                                   &np) != CUDA_SUCCESS)
@@ -88,23 +108,31 @@ fail:
   return -1;
 }
 
+/* Whether two launches are the same (field by field: the struct has
+ * padding). */
+static int same_launch(const sdpa_launch *a, const sdpa_launch *b) {
+  return a->func == b->func && a->grid_x == b->grid_x && a->grid_y == b->grid_y &&
+         a->block_x == b->block_x && a->smem_bytes == b->smem_bytes &&
+         a->takes_maps == b->takes_maps;
+}
+
 /* Gives `lg` this call's launches and parameters where they differ from
  * its last; 0 on success, -1 when the graph cannot take them (the caller
  * drops it). Functions and the node count must match. */
 static int update_graph(const sdpa_driver *drv, sdpa_launch_graph *lg,
                         const sdpa_launch *launches, int count,
-                        const sdpa_kernel_params *p) {
+                        const sdpa_kernel_params *p, const sdpa_tensor_maps *maps) {
   if (count != lg->count) return -1;
   for (int i = 0; i < count; ++i)
     if (launches[i].func != lg->launches[i].func) return -1;
+  /* the maps follow from the block: unchanged with it */
   const int params_changed = memcmp(p, &lg->params, sizeof *p) != 0;
-  void *args[] = {(void *)p}; /* the driver copies it, never writes it */
+  launch_args args;
+  args_init(&args, p, maps);
   for (int i = 0; i < count; ++i) {
-    if (!params_changed &&
-        !memcmp(&launches[i], &lg->launches[i], sizeof launches[i]))
-      continue;
+    if (!params_changed && same_launch(&launches[i], &lg->launches[i])) continue;
     CUDA_KERNEL_NODE_PARAMS np;
-    node_params(&launches[i], args, &np);
+    node_params(&launches[i], args_of(&args, &launches[i]), &np);
     if (drv->cuGraphExecKernelNodeSetParams(lg->exec, lg->nodes[i], &np) !=
         CUDA_SUCCESS)
       return -1;
@@ -139,7 +167,8 @@ int sdpa_launch_graphs_made(sdpa_launch_graphs *g) {
  * when the caller must launch directly. */
 static int try_graph(sdpa_launch_graphs *g, const sdpa_driver *drv,
                      CUcontext ctx, CUstream stream, const sdpa_launch *launches,
-                     int count, const sdpa_kernel_params *p, sdpa_status *status) {
+                     int count, const sdpa_kernel_params *p, const sdpa_tensor_maps *maps,
+                     sdpa_status *status) {
   if (!g->enabled || !drv->has_graphs) return 0;
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   if (drv->cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS ||
@@ -152,14 +181,14 @@ static int try_graph(sdpa_launch_graphs *g, const sdpa_driver *drv,
     if (!lg->seen) { /* a stream's first call goes kernel by kernel */
       lg->seen = 1;
       lg = NULL;
-    } else if (make_graph(drv, launches, count, p, lg) != 0) {
+    } else if (make_graph(drv, launches, count, p, maps, lg) != 0) {
       g->failed = 1;
       lg = NULL;
     } else {
       fresh = 1;
     }
   }
-  if (lg && !fresh && update_graph(drv, lg, launches, count, p) != 0) {
+  if (lg && !fresh && update_graph(drv, lg, launches, count, p, maps) != 0) {
     /* Not this graph's shape (a THD call with no query rows drops a
      * kernel: the graph stays for the next call) or other kernels, or the
      * driver refused the update (the graph is dropped and remade on the
@@ -181,15 +210,16 @@ static int try_graph(sdpa_launch_graphs *g, const sdpa_driver *drv,
 sdpa_status sdpa_launch_run(sdpa_launch_graphs *g, const sdpa_driver *drv,
                             CUcontext ctx, CUstream stream,
                             const sdpa_launch *launches, int count,
-                            const sdpa_kernel_params *p) {
+                            const sdpa_kernel_params *p, const sdpa_tensor_maps *maps) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
-  if (try_graph(g, drv, ctx, stream, launches, count, p, &status)) return status;
-  void *args[] = {(void *)p}; /* the driver copies it, never writes it */
+  if (try_graph(g, drv, ctx, stream, launches, count, p, maps, &status)) return status;
+  launch_args args;
+  args_init(&args, p, maps);
   for (int i = 0; i < count; ++i) {
     const sdpa_launch *l = &launches[i];
     SDPA_CU_CHECK(drv, drv->cuLaunchKernel(l->func, l->grid_x, l->grid_y, 1,
                                            l->block_x, 1, 1, l->smem_bytes,
-                                           stream, args, NULL),
+                                           stream, args_of(&args, l), NULL),
                   l->what);
   }
 done:

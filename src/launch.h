@@ -24,6 +24,7 @@
 
 #include "driver.h"
 #include "../templates/sdpa_params.h"
+#include "../templates/sdpa_tensor_maps.h"
 
 #define SDPA_LAUNCH_GRAPHS 4
 
@@ -32,6 +33,7 @@ typedef struct sdpa_launch {
   CUfunction func;
   const char *what; /* "launching sdpa_bwd_main", for error messages */
   unsigned grid_x, grid_y, block_x, smem_bytes;
+  int takes_maps;   /* a second parameter: the call's tensor maps    */
 } sdpa_launch;
 
 /* One (context, stream) the plan was executed on, and its graph once made
@@ -70,13 +72,15 @@ void sdpa_launch_graphs_destroy(sdpa_launch_graphs *g, const sdpa_driver *drv);
 /* How many of `g`'s slots hold a graph (tests). */
 int sdpa_launch_graphs_made(sdpa_launch_graphs *g);
 
-/* Puts `count` (1-3) launches with parameter block *p on `stream` in the
- * current context `ctx`: through the plan's graph for (ctx, stream) when
- * it can (see above), else with cuLaunchKernel each. Returns SUCCESS or
- * the driver's error as a status with a message. */
+/* Puts `count` (1-3) launches with parameter block *p (and, for the
+ * launches that take them, the tensor maps *maps, a pure function of *p's
+ * pointers, strides and totals) on `stream` in the current context `ctx`:
+ * through the plan's graph for (ctx, stream) when it can (see above),
+ * else with cuLaunchKernel each. Returns SUCCESS or the driver's error as
+ * a status with a message. */
 sdpa_status sdpa_launch_run(sdpa_launch_graphs *g, const sdpa_driver *drv,
                             CUcontext ctx, CUstream stream,
                             const sdpa_launch *launches, int count,
-                            const sdpa_kernel_params *p);
+                            const sdpa_kernel_params *p, const sdpa_tensor_maps *maps);
 
 #endif /* SDPA_LAUNCH_H */

@@ -495,9 +495,14 @@ static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
   p->scale = d->scale;
   p->scale_log2 = d->scale * 1.4426950408889634f;
 
-  plan->main_grid_x = sdpa_mma_main_grid_x(sdpa_config_mma(c), d->seqlen_kv,
-                                           d->batch); /* < 2^27 * 2^31 */
-  plan->threads = sdpa_mma_threads(sdpa_config_mma(c));
+  if (c->family == SDPA_FAMILY_HOPPER) {
+    plan->main_grid_x = sdpa_hopper_blocks_x(c, d->seqlen_kv, d->batch);
+    plan->threads = sdpa_hopper_block_threads(c);
+  } else {
+    plan->main_grid_x = sdpa_mma_main_grid_x(sdpa_config_mma(c), d->seqlen_kv,
+                                             d->batch); /* < 2^27 * 2^31 */
+    plan->threads = sdpa_mma_threads(sdpa_config_mma(c));
+  }
   /* THD: batch and max_s are bounded only each on its own, so the product
    * may pass int64; saturate (the check below rejects it). */
   if (__builtin_mul_overflow((int64_t)p->q_blocks * d->batch, (int64_t)d->heads_q,
@@ -564,6 +569,13 @@ static sdpa_status choose_family(sdpa_bwd_plan *plan) {
   const sdpa_family asked = plan->options.family;
   char why[160] = "";
   const int hopper_ok = sdpa_hopper_covers(d, &plan->options, why, sizeof why);
+  if (asked == SDPA_FAMILY_AUTO && hopper_ok && !SDPA_HOPPER_BY_DEFAULT) {
+    plan->fields.family = SDPA_FAMILY_MMA;
+    snprintf(plan->family_reason, sizeof plan->family_reason,
+             "mma.sync: the Hopper family covers this descriptor but is taken only when "
+             "asked for (options.family, SDPA_JIT_FAMILY=hopper) in this version");
+    return SDPA_STATUS_SUCCESS;
+  }
   if (asked == SDPA_FAMILY_MMA) {
     plan->fields.family = SDPA_FAMILY_MMA;
     snprintf(plan->family_reason, sizeof plan->family_reason,

@@ -27,6 +27,8 @@ static struct {
   CUstreamCaptureStatus capture; /* what IsCapturing reports           */
   CUresult instantiate_result, set_params_result, graph_launch_result;
   uintptr_t next_handle;
+  void *last_args[2];            /* the last launch's or node's kernel params */
+  int expect_maps;               /* the main kernel takes two parameters  */
 } fake;
 
 static CUresult fake_is_capturing(CUstream s, CUstreamCaptureStatus *out) {
@@ -43,7 +45,8 @@ static CUresult fake_graph_create(CUgraph *g, unsigned flags) {
 static CUresult fake_add_node(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t ndeps,
                               const CUDA_KERNEL_NODE_PARAMS *p) {
   (void)g;
-  (void)p;
+  fake.last_args[0] = p->kernelParams[0];
+  if (fake.expect_maps && p->func == (CUfunction)0xf1) fake.last_args[1] = p->kernelParams[1];
   /* a chain: every node but the first after the one before */
   ck_assert_uint_eq(ndeps, fake.nodes % 3 == 0 ? 0 : 1);
   ck_assert(ndeps == 0 || deps != NULL);
@@ -87,6 +90,8 @@ static CUresult fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                             void **extra) {
   (void)f, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)extra;
   ck_assert_ptr_nonnull(args);
+  fake.last_args[0] = args[0];
+  if (fake.expect_maps && f == (CUfunction)0xf1) fake.last_args[1] = args[1];
   fake.launches++;
   fake.last_grid_x = gx;
   fake.last_stream = s;
@@ -151,9 +156,9 @@ static const CUstream stream_a = (CUstream)0x5a, stream_b = (CUstream)0x5b;
 /* A call's three launches (preprocess, main, convert), `grid` the
  * preprocess grid; `count` of them. */
 static void make_launches(sdpa_launch *l, unsigned grid) {
-  l[0] = (sdpa_launch){(CUfunction)0xf0, "launching sdpa_bwd_preprocess", grid, 1, 256, 0};
-  l[1] = (sdpa_launch){(CUfunction)0xf1, "launching sdpa_bwd_main", 64, 8, 256, 90000};
-  l[2] = (sdpa_launch){(CUfunction)0xf2, "launching sdpa_bwd_convert_dq", 96, 1, 256, 0};
+  l[0] = (sdpa_launch){(CUfunction)0xf0, "launching sdpa_bwd_preprocess", grid, 1, 256, 0, 0};
+  l[1] = (sdpa_launch){(CUfunction)0xf1, "launching sdpa_bwd_main", 64, 8, 256, 90000, 0};
+  l[2] = (sdpa_launch){(CUfunction)0xf2, "launching sdpa_bwd_convert_dq", 96, 1, 256, 0, 0};
 }
 
 static sdpa_status call(sdpa_launch_graphs *g, CUstream s, unsigned grid, const void *q,
@@ -163,7 +168,7 @@ static sdpa_status call(sdpa_launch_graphs *g, CUstream s, unsigned grid, const 
   sdpa_kernel_params p;
   memset(&p, 0, sizeof p);
   p.q = q;
-  return sdpa_launch_run(g, &drv, ctx_a, s, l, count, &p);
+  return sdpa_launch_run(g, &drv, ctx_a, s, l, count, &p, NULL);
 }
 
 /* A plan's graphs, on (enabled) or off (the plan's options.graphs). */
@@ -322,6 +327,34 @@ START_TEST(switch_driver_and_lock) {
 }
 END_TEST
 
+/* The Hopper family's main kernel takes the call's tensor maps as its
+ * second parameter, kernel by kernel and through the graph; the other
+ * kernels take the block alone. */
+START_TEST(maps_reach_the_main_kernel) {
+  sdpa_launch_graphs *g = new_graphs();
+  sdpa_launch l[3];
+  make_launches(l, 10);
+  l[1].takes_maps = 1;
+  sdpa_kernel_params p;
+  memset(&p, 0, sizeof p);
+  sdpa_tensor_maps maps;
+  memset(&maps, 0x5a, sizeof maps);
+  fake.expect_maps = 1;
+  /* first call, kernel by kernel: main (launched second) saw both */
+  ck_assert_int_eq(sdpa_launch_run(g, &drv, ctx_a, stream_a, l, 2, &p, &maps),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_ptr_eq(fake.last_args[0], &p);
+  ck_assert_ptr_eq(fake.last_args[1], &maps);
+  /* second call makes the graph: the main node gets both */
+  ck_assert_int_eq(sdpa_launch_run(g, &drv, ctx_a, stream_a, l, 2, &p, &maps),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(fake.creates, 1);
+  ck_assert_ptr_eq(fake.last_args[1], &maps);
+  fake.expect_maps = 0;
+  free_graphs(g);
+}
+END_TEST
+
 START_TEST(launch_error_is_a_status) {
   sdpa_launch_graphs *g = new_graphs();
   call(g, stream_a, 10, (void *)0x100, 3);
@@ -345,6 +378,7 @@ static Suite *launch_suite(void) {
   tcase_add_test(tc, graph_not_made_turns_graphs_off);
   tcase_add_test(tc, refused_update_remakes_graph);
   tcase_add_test(tc, switch_driver_and_lock);
+  tcase_add_test(tc, maps_reach_the_main_kernel);
   tcase_add_test(tc, launch_error_is_a_status);
   suite_add_tcase(s, tc);
   return s;

@@ -1,0 +1,208 @@
+/*
+ * test_cpu_hopper.c — the sm_90a family without a GPU: the plan's family
+ * choice and its reasons, the family's tiles and launch shape from its
+ * traits, and NVRTC compiling a representative set of its keys with a
+ * clean ptxas report.
+ *
+ * A key compiles clean when ptxas reports no spill (stores or loads) for
+ * any function, no "wgmma ... serialized" (C7510, C7515: a call, or
+ * non-wgmma writes to accumulator registers, inside the pipeline), no
+ * ignored setmaxnreg (C7508), and no other C75xx warning; the cubin is an
+ * sm_90 image with the three kernels. The set covers both dtypes, head
+ * dims 64 and 128, BSHD and THD, every mask, uneven lengths and strided
+ * LSE (bench/NOTES.md has the whole class sweep).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "cubin_elf.h"
+#include "hopper.h"
+#include "plan.h"
+#include "sdpa_jit.h"
+#include "test_cache.h"
+
+static sdpa_bwd_desc desc_for(sdpa_dtype dtype, int hd, sdpa_layout layout, sdpa_mask mask,
+                              int uneven, int strided_lse) {
+  sdpa_bwd_desc d = SDPA_BWD_DESC_INIT;
+  d.dtype = dtype;
+  d.layout = layout;
+  d.batch = 2;
+  d.heads_q = 8;
+  d.heads_kv = 2;
+  d.seqlen_q = d.seqlen_kv = uneven ? 1000 : 1024;
+  d.head_dim = hd;
+  d.mask = mask;
+  if (mask == SDPA_MASK_SLIDING_WINDOW) {
+    d.window_left = 128;
+    d.window_right = 0;
+  }
+  if (strided_lse) {
+    const int64_t rows = layout == SDPA_LAYOUT_THD ? 2 * d.seqlen_q : d.seqlen_q;
+    d.lse.seq = 2;
+    d.lse.head = 2 * rows;
+    d.lse.batch = layout == SDPA_LAYOUT_THD ? 0 : d.lse.head * d.heads_q;
+  }
+  d.arch = 90;
+  return d;
+}
+
+static sdpa_bwd_plan_options hopper_options(void) {
+  sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+  o.family = SDPA_FAMILY_HOPPER;
+  return o;
+}
+
+/* The family choice: forced Hopper where covered, the reasons where not;
+ * mma.sync elsewhere and on other archs. */
+START_TEST(family_choice_and_reasons) {
+  sdpa_runtime *rt = sdpa_test_memory_runtime(90);
+  const sdpa_bwd_plan_options hop = hopper_options();
+  sdpa_bwd_desc d = desc_for(SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+  sdpa_bwd_plan *plan = NULL;
+  ck_assert_int_eq(sdpa_bwd_plan_create_with(&plan, rt, &d, &hop), SDPA_STATUS_SUCCESS);
+  sdpa_bwd_plan_info info = SDPA_BWD_PLAN_INFO_INIT;
+  ck_assert_int_eq(sdpa_bwd_plan_query(plan, &info), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(info.family, SDPA_FAMILY_HOPPER);
+  ck_assert_ptr_nonnull(strstr(info.family_reason, "hopper"));
+  ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), ";family=hopper;"));
+  ck_assert_int_eq(info.q_tile, 64);
+  ck_assert_int_eq(info.kv_tile, 128);
+  ck_assert_int_eq(info.warps, 12);
+  ck_assert_int_eq(plan->threads, 384);
+  ck_assert_int_le(info.smem_bytes, sdpa_arch_smem_limit(90));
+  ck_assert_int_eq(plan->main_grid_x, 8 * 2); /* 1024 / 128 kv tiles x 2 sequences */
+  sdpa_bwd_plan_destroy(plan);
+
+  /* AUTO: mma.sync, and it says why */
+  ck_assert_int_eq(sdpa_bwd_plan_create(&plan, rt, &d), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(sdpa_bwd_plan_query(plan, &info), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(info.family, SDPA_HOPPER_BY_DEFAULT ? SDPA_FAMILY_HOPPER : SDPA_FAMILY_MMA);
+  ck_assert(strlen(info.family_reason) > 10);
+  sdpa_bwd_plan_destroy(plan);
+
+  /* what the family does not cover: a forced plan fails naming it; AUTO
+   * falls back with the reason */
+  struct {
+    const char *label, *why;
+    sdpa_bwd_desc d;
+  } cases[5];
+  cases[0].label = "head_dim 96";
+  cases[0].d = desc_for(SDPA_DTYPE_BF16, 96, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+  cases[0].why = "head_dim 96";
+  cases[1].label = "deterministic";
+  cases[1].d = d;
+  cases[1].d.deterministic = 1;
+  cases[1].why = "deterministic";
+  cases[2].label = "sm_80";
+  cases[2].d = d;
+  cases[2].d.arch = 80;
+  cases[2].why = "needs sm_90";
+  cases[3].label = "rows that overlap";
+  cases[3].d = d;
+  cases[3].d.k.seq = 64, cases[3].d.k.head = 64, cases[3].d.k.batch = 64 * 1024 * 2;
+  cases[3].why = "desc.k.seq";
+  cases[4].label = "head_dim_v < head_dim";
+  cases[4].d = d;
+  cases[4].d.head_dim_v = 64;
+  cases[4].why = "head_dim_v 64";
+  for (int i = 0; i < 5; i++) {
+    sdpa_bwd_plan *none = NULL;
+    ck_assert_msg(sdpa_bwd_plan_create_with(&none, rt, &cases[i].d, &hop) ==
+                      SDPA_STATUS_NOT_SUPPORTED,
+                  "%s: %s", cases[i].label, sdpa_last_error());
+    ck_assert_msg(strstr(sdpa_last_error(), cases[i].why), "%s: %s", cases[i].label,
+                  sdpa_last_error());
+    ck_assert_int_eq(sdpa_bwd_plan_create(&plan, rt, &cases[i].d), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_bwd_plan_query(plan, &info), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(info.family, SDPA_FAMILY_MMA);
+    ck_assert_msg(strstr(info.family_reason, cases[i].why), "%s: %s", cases[i].label,
+                  info.family_reason);
+    sdpa_bwd_plan_destroy(plan);
+  }
+  /* main writes dQ: the mma.sync family's */
+  sdpa_bwd_plan_options main_dq = hop;
+  main_dq.dq_writer = SDPA_DQ_MAIN;
+  sdpa_bwd_plan *none = NULL;
+  ck_assert_int_eq(sdpa_bwd_plan_create_with(&none, rt, &d, &main_dq),
+                   SDPA_STATUS_NOT_SUPPORTED);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "dq_writer main"));
+  sdpa_runtime_destroy(rt);
+}
+END_TEST
+
+/* A warning of ptxas that means a slow kernel: spills, wgmma serialized,
+ * setmaxnreg ignored, or any other C75xx. Returns 1 with the line. */
+static int bad_report(const char *log, char *line, size_t size) {
+  if (sdpa_ptxas_any_spills(log, line, size)) return 1;
+  for (const char *p = strstr(log, "C75"); p; p = strstr(p + 1, "C75")) {
+    const char *start = p;
+    while (start > log && start[-1] != '\n') start--;
+    const size_t n = strcspn(start, "\n");
+    snprintf(line, size, "%.*s", (int)(n < 300 ? n : 300), start);
+    return 1;
+  }
+  if (strstr(log, "serialized") || strstr(log, "setmaxnreg")) {
+    snprintf(line, size, "%s", "wgmma serialization or setmaxnreg in the log");
+    return 1;
+  }
+  return 0;
+}
+
+/* A representative set of keys compiles with a clean ptxas report. */
+START_TEST(representative_keys_compile_clean) {
+  sdpa_runtime *rt = sdpa_test_memory_runtime(90);
+  const sdpa_bwd_plan_options hop = hopper_options();
+  struct {
+    sdpa_dtype dtype;
+    int hd;
+    sdpa_layout layout;
+    sdpa_mask mask;
+    int uneven, strided;
+  } keys[] = {
+      {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0},
+      {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 1, 0},
+      {SDPA_DTYPE_FP16, 128, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 1},
+      {SDPA_DTYPE_BF16, 64, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0},
+      {SDPA_DTYPE_FP16, 64, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1},
+      {SDPA_DTYPE_BF16, 64, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    sdpa_bwd_desc d = desc_for(keys[i].dtype, keys[i].hd, keys[i].layout, keys[i].mask,
+                               keys[i].uneven, keys[i].strided);
+    sdpa_bwd_plan *plan = NULL;
+    ck_assert_msg(sdpa_bwd_plan_create_with(&plan, rt, &d, &hop) == SDPA_STATUS_SUCCESS,
+                  "plan: %s", sdpa_last_error());
+    const double start = sdpa_test_now_ms();
+    ck_assert_msg(sdpa_bwd_compile(plan, NULL) == SDPA_STATUS_SUCCESS, "%s: %s\n%s",
+                  sdpa_bwd_plan_key(plan), sdpa_last_error(), sdpa_bwd_plan_compile_log(plan));
+    const double ms = sdpa_test_now_ms() - start;
+    const char *log = sdpa_bwd_plan_compile_log(plan);
+    char line[400];
+    ck_assert_msg(!bad_report(log, line, sizeof line), "%s: %s", sdpa_bwd_plan_key(plan),
+                  line);
+    ck_assert_int_eq(sdpa_cubin_check_kernels(plan->cubin, plan->cubin_size, 90, NULL, 0), 0);
+    /* the report names the registers of the main kernel */
+    const char *props = strstr(log, "Function properties for sdpa_bwd_main");
+    ck_assert_ptr_nonnull(props);
+    const char *regs = strstr(log, "Used ");
+    printf("hopper: %s: %.0f ms; %.*s\n", sdpa_bwd_plan_key(plan), ms,
+           regs ? (int)strcspn(regs, "\n") : 18, regs ? regs : "(no register line)");
+    sdpa_bwd_plan_destroy(plan);
+  }
+  sdpa_runtime_destroy(rt);
+}
+END_TEST
+
+static Suite *hopper_suite(void) {
+  Suite *s = suite_create("hopper");
+  TCase *tc = tcase_create("hopper");
+  tcase_set_timeout(tc, 900);
+  tcase_add_test(tc, family_choice_and_reasons);
+  tcase_add_test(tc, representative_keys_compile_clean);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) { return sdpa_test_run(hopper_suite()); }
