@@ -4,9 +4,11 @@
 # bench_hopper's checks and timings, compute-sanitizer on small cases, and
 # the SASS of the compiled keys (HGMMA / UTMALDG / spill counts). Logs go to
 # $OUT (or ./hopper-out); a short summary is printed last.
-#   bench/hopper_gpu.sh [checks] [timed] [quick] [sanitize] [sass]
+#   bench/hopper_gpu.sh [checks] [timed] [quick] [memcheck] [sanitize] [sass]
 #                       [variant:NAME=VALUE] ...       (default: checks quick sass)
-# A variant step runs the quick timed cases with --define NAME=VALUE.
+# A variant step times the "S4k full" cases with --define NAME=VALUE;
+# memcheck runs compute-sanitizer's memcheck on two small checks, sanitize
+# memcheck, synccheck and racecheck.
 # Extra bench_hopper arguments for the checks/timed steps: $HOPPER_ARGS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,22 +29,24 @@ for step in $steps; do
   case $step in
     checks)
       mkdir -p /tmp/hopper-cubins
-      timeout 200 "$B" --checks --cubin-dir /tmp/hopper-cubins $args > "$OUT/checks.txt" 2>&1
+      timeout 105 "$B" --checks --cubin-dir /tmp/hopper-cubins $args > "$OUT/checks.txt" 2>&1
       summary+="checks: rc=$? $(tail -1 "$OUT/checks.txt")"$'\n' ;;
     timed)
-      timeout 280 "$B" --timed $args > "$OUT/timed.txt" 2>&1
+      timeout 100 "$B" --timed --no-twin $args > "$OUT/timed.txt" 2>&1
       summary+="timed: rc=$? $(tail -1 "$OUT/timed.txt")"$'\n' ;;
     quick)
       timeout 150 "$B" --timed --quick $args > "$OUT/quick.txt" 2>&1
       summary+="quick: rc=$? $(tail -1 "$OUT/quick.txt")"$'\n' ;;
     variant:*)
       def=${step#variant:}
-      timeout 150 "$B" --timed --quick --define "$def" $args > "$OUT/variant_${def%%=*}.txt" 2>&1
-      summary+="variant $def: rc=$? $(tail -1 "$OUT/variant_${def%%=*}.txt")"$'\n' ;;
-    sanitize)
+      timeout 25 "$B" --timed --no-twin --case "S4k full" --define "$def" $args > "$OUT/variant_${def//=/_}.txt" 2>&1
+      summary+="variant $def: rc=$? $(tail -1 "$OUT/variant_${def//=/_}.txt")"$'\n' ;;
+    memcheck|sanitize)
       : > "$OUT/sanitize.txt"
-      for tool in memcheck synccheck racecheck; do
-        HOPPER_NO_WATCHDOG=1 timeout 100 compute-sanitizer --tool $tool --error-exitcode 99 "$B" --checks \
+      tools="memcheck synccheck racecheck"
+      [ "$step" = memcheck ] && tools=memcheck
+      for tool in $tools; do
+        HOPPER_NO_WATCHDOG=1 timeout 35 compute-sanitizer --tool $tool --error-exitcode 99 "$B" --checks \
           --case "bf16 hd128 bshd causal_tl S500" --case "bf16 hd64 thd none mixed" \
           > /tmp/hopper-sanitize.txt 2>&1
         rc=$?

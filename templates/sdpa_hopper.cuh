@@ -80,6 +80,12 @@ static_assert(HOP_N == 64 * SDPA_HOPPER_CONSUMERS && SDPA_WARPS == SDPA_HOPPER_W
 static_assert(HOP_M == 128 || HOP_M == 64, "query tile");
 static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 
+/* Measurement only (bench_hopper --define): 1 leaves out the dQ
+ * reductions, 2 the dQ GEMM and its barrier too (wrong results). */
+#ifndef SDPA_HOPPER_ABLATE
+#define SDPA_HOPPER_ABLATE 0
+#endif
+
 /* Register budgets after setmaxnreg. The block starts with
  * ENTRY_REGS a thread (__launch_bounds__(THREADS, 1): 65536 / 384 rounded
  * down to a multiple of 8 = 168), and setmaxnreg.inc waits until the pool
@@ -465,10 +471,12 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     wgmma_commit();
 
     /* ---- dQ = dS K once both consumers' dS rows are in. */
-    named_barrier_sync(1, 128 * SDPA_HOPPER_CONSUMERS);
     float dq[DQ_N / 2];
-    wgmma_fence();
-    dq_gemm(dq, s_ds, s_k, q_off, d_off);
+    if (SDPA_HOPPER_ABLATE < 2) {
+      named_barrier_sync(1, 128 * SDPA_HOPPER_CONSUMERS);
+      wgmma_fence();
+      dq_gemm(dq, s_ds, s_k, q_off, d_off);
+    }
     wgmma_commit();
 
     /* dV, dK done: the stage's Q and dO are free. */
@@ -479,7 +487,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
 
     /* ---- dq_accum += dQ, one 16x8 fragment per vector reduction; warp wi
      * holds 16-row block (i0 + q_off) / 16 + wi. */
-    if (SDPA_EVEN || i0 + q_off + 16 * wi < w.sq) {
+    if (SDPA_HOPPER_ABLATE == 0 && (SDPA_EVEN || i0 + q_off + 16 * wi < w.sq)) {
       float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
 #pragma unroll
       for (int j = 0; j < DQ_N / 8; ++j) {
@@ -568,7 +576,7 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
     if (warp == 0) {
       if ((threadIdx.x & 31) == 0 && w.steps > 0) produce_tiles(maps, w, base);
     } else if (warp == 1 || warp == 2) {
-      produce_rows(p, w, base, smem);
+      produce_rows(p, *(const Work *)(smem + SMEM_WORK), base, smem);
     }
   } else {
     setmaxnreg_inc<SDPA_HOPPER_CONSUMER_REGS>();
