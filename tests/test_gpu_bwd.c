@@ -47,6 +47,10 @@
 
 static sdpa_gpu gpu;
 static sdpa_runtime *runtime;
+/* The plan options every plan of this suite is made with: the default
+ * (the runtime's environment: SDPA_JIT_FAMILY picks the family a whole
+ * run tests), or what a test sets for its cases. */
+static sdpa_bwd_plan_options test_options = SDPA_BWD_PLAN_OPTIONS_INIT;
 
 /* ------------------------------------------------------------- summary */
 
@@ -324,7 +328,7 @@ static void prepare_batch(test_case *cases, int count) {
     test_case *c = &cases[i];
     c->representative = -1;
     if (!c->ready) continue;
-    c->status = sdpa_bwd_plan_create(&c->plan, runtime, &c->desc);
+    c->status = sdpa_bwd_plan_create_with(&c->plan, runtime, &c->desc, &test_options);
     if (c->status != SDPA_STATUS_SUCCESS) {
       c->stage = "plan";
       snprintf(c->message, sizeof c->message, "plan: %s: %s", sdpa_status_name(c->status),
@@ -362,7 +366,12 @@ static void prepare_batch(test_case *cases, int count) {
       printf("compile log of %s:\n%.4000s\n", sdpa_bwd_plan_key(c->plan),
              sdpa_bwd_plan_compile_log(c->plan));
   }
-  printf("  %d cases: references %.1f s, %d distinct keys compiled in %.1f s\n", count,
+  int hopper = 0;
+  for (int i = 0; i < count; i++)
+    hopper += cases[i].plan && strstr(sdpa_bwd_plan_key(cases[i].plan), ";family=hopper;");
+  printf("  %d cases (%d on the Hopper family): references %.1f s, %d distinct keys "
+         "compiled in %.1f s\n",
+         count, hopper,
          (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), b.key_count,
          (double)(t2.tv_sec - t1.tv_sec) + 1e-9 * (double)(t2.tv_nsec - t1.tv_nsec));
   fflush(stdout);
@@ -564,27 +573,40 @@ START_TEST(matrix) {
 }
 END_TEST
 
-/* Every `every`-th case of the matrix with the environment variable `name`
- * set to `value` (plans read it), asserting that none fails. */
-static void matrix_with_env(const char *name, const char *value, int every,
-                            const char *what) {
-  ck_assert_int_eq(setenv(name, value, 1), 0);
+/* Every `every`-th case of the matrix with plan options `o` (their
+ * family the run's), asserting that none fails. */
+static void matrix_with(sdpa_bwd_plan_options o, int every, const char *what) {
+  const sdpa_bwd_plan_options saved = test_options;
+  o.family = saved.family;
+  test_options = o;
   int failures = run_matrix(every, what);
-  unsetenv(name);
+  test_options = saved;
   ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
 }
 
+static sdpa_bwd_plan_options options_init(void) {
+  const sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+  return o;
+}
+
 /* Every other case again with the main kernel writing dQ
- * (SDPA_JIT_DQ_CONVERT=main: one kernel fewer). */
+ * (options.dq_writer MAIN: one kernel fewer; the mma.sync family's). */
 START_TEST(matrix_main_kernel) {
-  matrix_with_env("SDPA_JIT_DQ_CONVERT", "main", 2, "matrix, dQ by the main kernel");
+  sdpa_bwd_plan_options o = options_init();
+  o.dq_writer = SDPA_DQ_MAIN;
+  const sdpa_family family = test_options.family;
+  test_options.family = SDPA_FAMILY_MMA;
+  matrix_with(o, 2, "matrix, dQ by the main kernel");
+  test_options.family = family;
 }
 END_TEST
 
 /* Every third case with execute launching kernel by kernel
- * (SDPA_JIT_GRAPHS=0; by default a graph per plan and stream). */
+ * (options.graphs OFF; by default a graph per plan and stream). */
 START_TEST(matrix_direct_launches) {
-  matrix_with_env("SDPA_JIT_GRAPHS", "0", 3, "matrix, kernel by kernel");
+  sdpa_bwd_plan_options o = options_init();
+  o.graphs = SDPA_SWITCH_OFF;
+  matrix_with(o, 3, "matrix, kernel by kernel");
 }
 END_TEST
 
@@ -592,7 +614,9 @@ END_TEST
  * problems are small grids, so by default they run 64-row kv tiles; here
  * they run the table's tiles, as larger problems do. */
 START_TEST(matrix_table_tiles) {
-  matrix_with_env("SDPA_JIT_SMALL_GRID", "0", 1, "matrix, the table's tiles");
+  sdpa_bwd_plan_options o = options_init();
+  o.small_grid = SDPA_SWITCH_OFF;
+  matrix_with(o, 1, "matrix, the table's tiles");
 }
 END_TEST
 
@@ -601,7 +625,9 @@ END_TEST
  * group holds every pair; here most have several groups and a smaller
  * last one, and no kv tile may be missed or run twice. */
 START_TEST(matrix_launch_groups) {
-  matrix_with_env("SDPA_JIT_ORDER_GROUP", "3", 3, "matrix, launch order in groups of 3 pairs");
+  sdpa_bwd_plan_options o = options_init();
+  o.order_group = 3;
+  matrix_with(o, 3, "matrix, launch order in groups of 3 pairs");
 }
 END_TEST
 
@@ -859,7 +885,7 @@ START_TEST(thd_one_key_many_totals) {
   for (int i = 0; i < count; i++) {
     test_case *c = &cases[i];
     ck_assert(c->ready);
-    sdpa_status st = sdpa_bwd_plan_create(&c->plan, runtime, &c->desc);
+    sdpa_status st = sdpa_bwd_plan_create_with(&c->plan, runtime, &c->desc, &test_options);
     ck_assert_msg(st == SDPA_STATUS_SUCCESS, "%s: plan: %s: %s", c->label, sdpa_status_name(st),
                   sdpa_last_error());
     const char *hash = sdpa_bwd_plan_key_hash(c->plan);
@@ -887,7 +913,7 @@ END_TEST
 /* A plan for `desc`, compiled (asserts both steps). */
 static sdpa_bwd_plan *planned_and_compiled(const sdpa_bwd_desc *desc) {
   sdpa_bwd_plan *plan = NULL;
-  sdpa_status st = sdpa_bwd_plan_create(&plan, runtime, desc);
+  sdpa_status st = sdpa_bwd_plan_create_with(&plan, runtime, desc, &test_options);
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan: %s", sdpa_last_error());
   st = sdpa_bwd_compile(plan, NULL);
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "compile: %s", sdpa_last_error());
@@ -965,12 +991,12 @@ static int launch_paths_case(const case_spec *spec, uint64_t seed0) {
   int failures = 0;
   sdpa_bwd_plan *plan = NULL;
   for (int graphs = 1; graphs >= 0; graphs--) {
-    if (!graphs) ck_assert_int_eq(setenv("SDPA_JIT_GRAPHS", "0", 1), 0);
+    if (!graphs) test_options.graphs = SDPA_SWITCH_OFF;
     for (int i = 0; i < (graphs ? count : 1); i++) {
       test_case c;
       char label[sizeof c.label];
       snprintf(label, sizeof label, "%s: %s", spec->name,
-               graphs ? runs[i].what : "SDPA_JIT_GRAPHS=0");
+               graphs ? runs[i].what : "options.graphs off");
       case_init(&c, spec, SDPA_DTYPE_BF16, seed0 + (uint64_t)i + (graphs ? 0 : 100), label);
       case_prepare(&c);
       ck_assert(c.ready);
@@ -989,7 +1015,7 @@ static int launch_paths_case(const case_spec *spec, uint64_t seed0) {
     sdpa_bwd_plan_destroy(plan);
     plan = NULL;
   }
-  unsetenv("SDPA_JIT_GRAPHS");
+  test_options.graphs = SDPA_SWITCH_DEFAULT;
   for (int i = 0; i < EXTRA_STREAMS; i++) drv->cuStreamDestroy(streams[i]);
   return failures;
 }
@@ -1083,7 +1109,7 @@ START_TEST(thd_overlong_sequence_is_reported) {
   ck_assert(good.ready);
   ck_assert_int_eq(good.desc.seqlen_q, 64);
   sdpa_bwd_plan *plan = NULL;
-  sdpa_status st = sdpa_bwd_plan_create(&plan, runtime, &good.desc); /* max totals: 128 */
+  sdpa_status st = sdpa_bwd_plan_create_with(&plan, runtime, &good.desc, &test_options); /* max totals: 128 */
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan: %s", sdpa_last_error());
   st = sdpa_bwd_compile(plan, NULL);
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "compile: %s", sdpa_last_error());
@@ -1176,7 +1202,7 @@ START_TEST(execute_rejects_bad_arguments) {
   case_init(&c, &s, SDPA_DTYPE_BF16, 99, "rejects");
   case_prepare(&c);
   ck_assert(c.ready);
-  sdpa_status st = sdpa_bwd_plan_create(&c.plan, runtime, &c.desc);
+  sdpa_status st = sdpa_bwd_plan_create_with(&c.plan, runtime, &c.desc, &test_options);
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan: %s", sdpa_last_error());
   size_t ws_bytes = sdpa_bwd_workspace_size(c.plan);
   ck_assert_uint_gt(ws_bytes, 0);
@@ -1235,7 +1261,7 @@ START_TEST(execute_rejects_bad_arguments) {
   ck_assert(c.ready);
   c.desc.max_total_q = 70;
   c.desc.max_total_kv = 70;
-  st = sdpa_bwd_plan_create(&c.plan, runtime, &c.desc);
+  st = sdpa_bwd_plan_create_with(&c.plan, runtime, &c.desc, &test_options);
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "plan: %s", sdpa_last_error());
   st = sdpa_bwd_compile(c.plan, NULL);
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "compile: %s", sdpa_last_error());
