@@ -2,7 +2,7 @@
 """compare_torch.py — sdpa-jit's backward side by side with PyTorch's.
 
 In one process on a GPU machine with PyTorch: loads libsdpa_jit.so with
-ctypes (the structs below mirror include/sdpa_jit.h field for field), makes
+ctypes (through the Python package's mirror of include/sdpa_jit.h), makes
 the tensors with torch, runs torch.nn.functional.scaled_dot_product_attention
 forward with requires_grad under the FLASH_ATTENTION and CUDNN_ATTENTION
 backends, and times the backward of each backend and of sdpa-jit with
@@ -10,12 +10,15 @@ torch.cuda.Event (median of >= 20 runs after warm-up). sdpa-jit gets
 PyTorch's own tensors (data_ptr() and their strides: torch's [B, H, S, D]
 is just another set of BSHD strides), the LSE computed in torch (fp32,
 chunked logsumexp of the scaled scores), flash's O, and PyTorch's current
-stream. Its gradients are checked against flash's (relative error
+stream. Its gradients are checked against flash's, or cuDNN's where flash
+refuses the case (relative error
 ||ours - flash|| / ||flash||: bf16 <= 1e-2, fp16 <= 4e-3, which is twice
 each implementation's own fp16 tolerance of 2e-3 against float64).
 
-TFLOP/s = 4 * B * H * Sq * Skv * D * 2.5 / time, halved for causal; the
-grid is bench_bwd's (bf16 first). GQA runs torch with enable_gqa=True, or,
+TFLOP/s = 2 * B * H * Sq * Skv * (3 D + 2 DV) / time (4 * 2.5 * D when
+DV = D), halved for causal; the grid is bench_bwd's (bf16 first), and with
+--more-head-dims head dims 80, 96, 112, 160, 192, 256 and 192/128 at S 4k
+and 8k. Each row names the family that ran (mma or hopper). GQA runs torch with enable_gqa=True, or,
 where a backend refuses it, with K/V expanded by repeat_interleave (marked
 '*': that backward includes the group sum). THD runs torch's flash on nested
 (jagged) tensors (cuDNN has no nested-tensor path: 'n/a').
@@ -31,128 +34,34 @@ captured in a CUDA graph and replayed back to back, since at 30-70 us a
 backward the host-side dispatch of either would be what is timed.
 
   python3 bench/compare_torch.py --lib build/libsdpa_jit.so [--quick | --small]
-      [--dtype bf16|fp16] [--hd 64|128] [--seq S] [--memory bhsd|bshd]
+      [--dtype bf16|fp16] [--hd D] [--more-head-dims] [--seq S] [--memory bhsd|bshd]
       [--graph] [--runs N] [--csv FILE]
 """
 import argparse
 import ctypes
 import math
+import os
 import statistics
 import sys
 
 # ----------------------------------------------------------- sdpa_jit.h
+# The structs and prototypes are the Python package's mirror of the header
+# (python/sdpa_jit/_capi.py): one copy of the ABI in the tree.
 
-SDPA_STATUS_SUCCESS = 0
-SDPA_DTYPE_FP16, SDPA_DTYPE_BF16 = 1, 2
-SDPA_LAYOUT_BSHD, SDPA_LAYOUT_THD = 1, 2
-SDPA_MASK_NONE, SDPA_MASK_CAUSAL_TOP_LEFT = 0, 1
-SDPA_MASK_CAUSAL_BOTTOM_RIGHT, SDPA_MASK_SLIDING_WINDOW = 2, 3
-SDPA_RUNTIME_OPTIONS_VERSION = 1
-SDPA_BWD_DESC_VERSION = 1
-SDPA_BWD_TENSORS_VERSION = 1
-
-c_enum = ctypes.c_int  # C enums of this ABI are int
-
-
-class Strides(ctypes.Structure):
-    """sdpa_strides: element strides of [batch, seq, heads, dim]."""
-    _fields_ = [("batch", ctypes.c_int64), ("seq", ctypes.c_int64),
-                ("head", ctypes.c_int64)]
-
-
-class LseStrides(ctypes.Structure):
-    """sdpa_lse_strides: LSE[b, h, s] at b*batch + h*head + s*seq."""
-    _fields_ = [("batch", ctypes.c_int64), ("head", ctypes.c_int64),
-                ("seq", ctypes.c_int64)]
-
-
-class RuntimeOptions(ctypes.Structure):
-    """sdpa_runtime_options."""
-    _fields_ = [
-        ("version", ctypes.c_uint),
-        ("cache_path", ctypes.c_char_p),
-        ("readonly_cache_paths", ctypes.POINTER(ctypes.c_char_p)),
-        ("readonly_cache_count", ctypes.c_size_t),
-        ("disable_disk_cache", ctypes.c_int),
-        ("cache_max_bytes", ctypes.c_int64),
-        ("arch", ctypes.c_int),
-        ("log", ctypes.c_void_p),  # sdpa_log_fn
-        ("log_user", ctypes.c_void_p),
-    ]
-
-
-class BwdDesc(ctypes.Structure):
-    """sdpa_bwd_desc."""
-    _fields_ = [
-        ("version", ctypes.c_uint),
-        ("dtype", c_enum),
-        ("layout", c_enum),
-        ("batch", ctypes.c_int),
-        ("heads_q", ctypes.c_int),
-        ("heads_kv", ctypes.c_int),
-        ("seqlen_q", ctypes.c_int),
-        ("seqlen_kv", ctypes.c_int),
-        ("head_dim", ctypes.c_int),
-        ("head_dim_v", ctypes.c_int),
-        ("q", Strides), ("k", Strides), ("v", Strides), ("o", Strides),
-        ("dout", Strides), ("dq", Strides), ("dk", Strides), ("dv", Strides),
-        ("lse", LseStrides),
-        ("max_total_q", ctypes.c_int64),
-        ("max_total_kv", ctypes.c_int64),
-        ("mask", c_enum),
-        ("window_left", ctypes.c_int),
-        ("window_right", ctypes.c_int),
-        ("scale", ctypes.c_float),
-        ("deterministic", ctypes.c_int),
-        ("arch", ctypes.c_int),
-    ]
-
-
-class BwdTensors(ctypes.Structure):
-    """sdpa_bwd_tensors (device pointers as void *)."""
-    _fields_ = [
-        ("version", ctypes.c_uint),
-        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
-        ("o", ctypes.c_void_p), ("dout", ctypes.c_void_p),
-        ("lse", ctypes.c_void_p),
-        ("dq", ctypes.c_void_p), ("dk", ctypes.c_void_p), ("dv", ctypes.c_void_p),
-        ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_kv", ctypes.c_void_p),
-        ("total_q", ctypes.c_int64), ("total_kv", ctypes.c_int64),
-    ]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from sdpa_jit import _capi  # noqa: E402
+from sdpa_jit._capi import (BwdDesc, BwdPlanInfo, BwdTensors, Dtype, Family,  # noqa: E402
+                            Layout, LseStrides, Mask, Strides)
 
 
 class SdpaJit:
-    """The few entry points this script calls, with their C signatures."""
+    """The library, loaded from a path, and the few calls this script makes."""
 
     def __init__(self, path):
-        lib = ctypes.CDLL(path)
-        p, vp = ctypes.POINTER, ctypes.c_void_p
-        sig = {
-            "sdpa_status_name": (ctypes.c_char_p, [c_enum]),
-            "sdpa_last_error": (ctypes.c_char_p, []),
-            "sdpa_version": (ctypes.c_char_p, []),
-            "sdpa_runtime_create": (c_enum, [p(vp), p(RuntimeOptions)]),
-            "sdpa_runtime_destroy": (None, [vp]),
-            "sdpa_runtime_cache_path": (ctypes.c_char_p, [vp]),
-            "sdpa_bwd_plan_create": (c_enum, [p(vp), vp, p(BwdDesc)]),
-            "sdpa_bwd_plan_destroy": (None, [vp]),
-            "sdpa_bwd_workspace_size": (ctypes.c_size_t, [vp]),
-            "sdpa_bwd_plan_key": (ctypes.c_char_p, [vp]),
-            "sdpa_bwd_compile": (c_enum, [vp, p(c_enum)]),
-            "sdpa_bwd_plan_compile_log": (ctypes.c_char_p, [vp]),
-            "sdpa_bwd_execute": (c_enum, [vp, p(BwdTensors), vp, ctypes.c_size_t, vp]),
-            "sdpa_bwd_sync_check": (c_enum, [vp, vp]),
-        }
-        for name, (restype, argtypes) in sig.items():
-            fn = getattr(lib, name)
-            fn.restype = restype
-            fn.argtypes = argtypes
-        self.lib = lib
+        self.lib = _capi.load_library(path)
 
     def check(self, status, what):
-        if status != SDPA_STATUS_SUCCESS:
-            name = self.lib.sdpa_status_name(status).decode()
-            raise RuntimeError(f"{what}: {name}: {self.lib.sdpa_last_error().decode()}")
+        _capi.check(status, what, self.lib)
 
     def runtime(self):
         rt = ctypes.c_void_p()
@@ -163,13 +72,19 @@ class SdpaJit:
         plan = ctypes.c_void_p()
         self.check(self.lib.sdpa_bwd_plan_create(ctypes.byref(plan), runtime, ctypes.byref(desc)),
                    "sdpa_bwd_plan_create")
-        source = c_enum(0)
+        source = _capi.c_enum(0)
         status = self.lib.sdpa_bwd_compile(plan, ctypes.byref(source))
-        if status != SDPA_STATUS_SUCCESS:
-            log = self.lib.sdpa_bwd_plan_compile_log(plan).decode(errors="replace")
+        if status != 0:
+            log = (self.lib.sdpa_bwd_plan_compile_log(plan) or b"").decode(errors="replace")
             self.lib.sdpa_bwd_plan_destroy(plan)
             self.check(status, "sdpa_bwd_compile\n" + log[:2000])
         return plan
+
+    def family(self, plan):
+        """The family the plan chose ("mma" or "hopper")."""
+        info = BwdPlanInfo.init()
+        self.check(self.lib.sdpa_bwd_plan_query(plan, ctypes.byref(info)), "sdpa_bwd_plan_query")
+        return "hopper" if info.family == Family.HOPPER else "mma"
 
 
 # --------------------------------------------------------------- torch
@@ -282,7 +197,9 @@ def case_flops(c):
         pairs = sum(n * n for n in c["lens"])
     else:
         pairs = c["batch"] * c["seqlen"] ** 2
-    flops = 4.0 * pairs * c["heads_q"] * c["head_dim"] * 2.5
+    # five GEMMs: S = QK^T, dQ = dS K, dK = dS^T Q over head_dim; dP = dO V^T,
+    # dV = P^T dO over head_dim_v (4 * 2.5 * D when the two are equal)
+    flops = 2.0 * pairs * c["heads_q"] * (3 * c["head_dim"] + 2 * c.get("head_dim_v", c["head_dim"]))
     return flops / 2 if c["causal"] else flops
 
 
@@ -317,18 +234,17 @@ def ours_bshd(jit, runtime, c, q, k, v, o, dout, lse, causal):
     """Plans, compiles and returns (execute fn, dq, dk, dv)."""
     import torch
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    desc = BwdDesc()
-    desc.version = SDPA_BWD_DESC_VERSION
-    desc.dtype = SDPA_DTYPE_BF16 if q.dtype == torch.bfloat16 else SDPA_DTYPE_FP16
-    desc.layout = SDPA_LAYOUT_BSHD
+    desc = BwdDesc.init()
+    desc.dtype = Dtype.BF16 if q.dtype == torch.bfloat16 else Dtype.FP16
+    desc.layout = Layout.BSHD
     desc.batch, desc.heads_q, desc.heads_kv = q.shape[0], q.shape[1], k.shape[1]
     desc.seqlen_q, desc.seqlen_kv = q.shape[2], k.shape[2]
-    desc.head_dim = desc.head_dim_v = q.shape[3]
+    desc.head_dim, desc.head_dim_v = q.shape[3], v.shape[3]
     desc.q, desc.k, desc.v = bshd_strides(q), bshd_strides(k), bshd_strides(v)
     desc.o, desc.dout = bshd_strides(o), bshd_strides(dout)
     desc.dq, desc.dk, desc.dv = bshd_strides(dq), bshd_strides(dk), bshd_strides(dv)
     desc.lse = LseStrides(lse.stride(0), lse.stride(1), lse.stride(2))
-    desc.mask = SDPA_MASK_CAUSAL_TOP_LEFT if causal else SDPA_MASK_NONE
+    desc.mask = Mask.CAUSAL_TOP_LEFT if causal else Mask.NONE
     return _ours(jit, runtime, desc, q, k, v, o, dout, lse, dq, dk, dv, None, 0, 0)
 
 
@@ -337,8 +253,7 @@ def _ours(jit, runtime, desc, q, k, v, o, dout, lse, dq, dk, dv, cu, total_q, to
     plan = jit.plan(runtime, desc)
     ws_bytes = jit.lib.sdpa_bwd_workspace_size(plan)
     workspace = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=q.device)
-    t = BwdTensors()
-    t.version = SDPA_BWD_TENSORS_VERSION
+    t = BwdTensors.init()
     t.q, t.k, t.v, t.o, t.dout = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), dout.data_ptr()
     t.lse = lse.data_ptr()
     t.dq, t.dk, t.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
@@ -363,33 +278,35 @@ def run_bshd(jit, runtime, c, runs, memory, timer):
     from torch.nn.attention import SDPBackend
     dtype = torch.bfloat16 if c["dtype"] == "bf16" else torch.float16
     b, h, hkv, s, d = c["batch"], c["heads_q"], c["heads_kv"], c["seqlen"], c["head_dim"]
+    dv_ = c.get("head_dim_v", d)
     gen = torch.Generator(device="cuda").manual_seed(0)
 
-    def randn(heads):
-        """A [b, heads, s, d] tensor in the chosen memory order."""
+    def randn(heads, dim):
+        """A [b, heads, s, dim] tensor in the chosen memory order."""
         if memory == "bshd":
-            x = torch.randn(b, s, heads, d, dtype=dtype, device="cuda", generator=gen)
+            x = torch.randn(b, s, heads, dim, dtype=dtype, device="cuda", generator=gen)
             return x.transpose(1, 2)
-        return torch.randn(b, heads, s, d, dtype=dtype, device="cuda", generator=gen)
+        return torch.randn(b, heads, s, dim, dtype=dtype, device="cuda", generator=gen)
 
-    q = randn(h).requires_grad_()
-    k = randn(hkv).requires_grad_()
-    v = randn(hkv).requires_grad_()
-    dout = randn(h)
+    q = randn(h, d).requires_grad_()
+    k = randn(hkv, d).requires_grad_()
+    v = randn(hkv, dv_).requires_grad_()
+    dout = randn(h, dv_)
     row = {"flash": None, "cudnn": None, "ours": None, "check": "", "note": ""}
-    flash_grads, o = None, None
+    ref_grads, o = None, None  # flash's, else cuDNN's
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
             backward, out, grads, expanded = torch_backend_bshd(backend, q, k, v, dout, c["causal"])
             row[name] = timer(backward, runs)
             if expanded:
                 row["note"] += f"{name}* "
-            if name == "flash":
-                flash_grads, o = grads, out.detach()
+            if ref_grads is None:
+                ref_grads, o = grads, out.detach()
+                row["ref"] = name
             del backward, out, grads
         except RuntimeError as e:
             row["note"] += f"{name}: {str(e).splitlines()[0][:60]} "
-    if o is None:  # no flash: O from the default backend
+    if o is None:  # neither: O from the default backend
         import torch.nn.functional as F
         with torch.no_grad():
             o = F.scaled_dot_product_attention(q, k.repeat_interleave(h // hkv, dim=1),
@@ -399,9 +316,10 @@ def run_bshd(jit, runtime, c, runs, memory, timer):
         lse = lse_dense(q.detach(), k.detach(), c["causal"], 1.0 / math.sqrt(d))
         execute, dq, dk, dv = ours_bshd(jit, runtime, c, q.detach(), k.detach(), v.detach(), o,
                                         dout, lse, c["causal"])
+        row["family"] = jit.family(execute.keep[0])
         row["ours"] = timer(execute, runs)
-        if flash_grads is not None:
-            errs = [rel_err(x, r) for x, r in zip((dq, dk, dv), flash_grads)]
+        if ref_grads is not None:
+            errs = [rel_err(x, r) for x, r in zip((dq, dk, dv), ref_grads)]
             row["errs"] = errs
             row["ok"] = all(e <= c["tol"] for e in errs)
     return row
@@ -427,7 +345,7 @@ def run_thd(jit, runtime, c, runs, timer):
     # its math fallback under that backend (5-13 TFLOP/s on an H200).
     row = {"flash": None, "cudnn": None, "ours": None, "check": "",
            "note": "torch on nested jagged tensors; cudnn: no nested path"}
-    flash_grads, o = None, None
+    ref_grads, o = None, None
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION),):
         try:
             nest = [torch.nested.nested_tensor_from_jagged(x, offsets).transpose(1, 2) for x in (q, k, v)]
@@ -440,8 +358,8 @@ def run_thd(jit, runtime, c, runs, timer):
 
             grads = backward()
             row[name] = timer(backward, runs)
-            if name == "flash":
-                flash_grads, o = grads, out_values.detach().contiguous()
+            ref_grads, o = grads, out_values.detach().contiguous()
+            row["ref"] = name
             del out, out_values, grads, backward
         except (RuntimeError, NotImplementedError, AttributeError, TypeError) as e:
             row["note"] += f"{name}: n/a ({str(e).splitlines()[0][:50]}) "
@@ -460,10 +378,9 @@ def run_thd(jit, runtime, c, runs, timer):
                                    c["causal"], 1.0 / math.sqrt(d))[0]
         qd, kd, vd = q.detach(), k.detach(), v.detach()
         dq, dk, dv = torch.empty_like(qd), torch.empty_like(kd), torch.empty_like(vd)
-        desc = BwdDesc()
-        desc.version = SDPA_BWD_DESC_VERSION
-        desc.dtype = SDPA_DTYPE_BF16 if dtype == torch.bfloat16 else SDPA_DTYPE_FP16
-        desc.layout = SDPA_LAYOUT_THD
+        desc = BwdDesc.init()
+        desc.dtype = Dtype.BF16 if dtype == torch.bfloat16 else Dtype.FP16
+        desc.layout = Layout.THD
         desc.batch, desc.heads_q, desc.heads_kv = len(lens), h, h
         desc.seqlen_q = desc.seqlen_kv = max(lens)
         desc.head_dim = desc.head_dim_v = d
@@ -472,13 +389,14 @@ def run_thd(jit, runtime, c, runs, timer):
         desc.dq, desc.dk, desc.dv = thd_strides(dq), thd_strides(dk), thd_strides(dv)
         desc.lse = LseStrides(0, lse.stride(0), lse.stride(1))
         desc.max_total_q = desc.max_total_kv = total
-        desc.mask = SDPA_MASK_CAUSAL_TOP_LEFT if c["causal"] else SDPA_MASK_NONE
+        desc.mask = Mask.CAUSAL_TOP_LEFT if c["causal"] else Mask.NONE
         cu = torch.tensor(cu_list, dtype=torch.int32, device="cuda")
         execute, dq, dk, dv = _ours(jit, runtime, desc, qd, kd, vd, o, dout, lse, dq, dk, dv,
                                     cu, total, total)
+        row["family"] = jit.family(execute.keep[0])
         row["ours"] = timer(execute, runs)
-        if flash_grads is not None:
-            errs = [rel_err(x, r) for x, r in zip((dq, dk, dv), flash_grads)]
+        if ref_grads is not None:
+            errs = [rel_err(x, r) for x, r in zip((dq, dk, dv), ref_grads)]
             row["errs"] = errs
             row["ok"] = all(e <= c["tol"] for e in errs)
     return row
@@ -525,6 +443,21 @@ def grid(args):
                     cases.append(dict(name=f"{dtype} bshd S{s // 1024}k hd{hd} {'causal' if causal else 'full'}",
                                       dtype=dtype, layout="bshd", batch=16384 // s, heads_q=2048 // hd,
                                       heads_kv=2048 // hd, seqlen=s, head_dim=hd, causal=causal, tol=tol))
+        # head dims beyond 64 and 128 (and 192 / 128, the two head dims of
+        # latent-attention models): S 4k and 8k, B*S = 16k, H*D ~ 2k
+        for hd, hdv in ((80, 80), (96, 96), (112, 112), (160, 160), (192, 192), (256, 256),
+                        (192, 128)):
+            if args.quick or (args.hd and hd != args.hd) or not args.more_head_dims:
+                continue
+            for causal in (False, True):
+                for s in (4096, 8192):
+                    if args.seq and s != args.seq:
+                        continue
+                    dims = f"hd{hd}" if hd == hdv else f"hd{hd}/{hdv}"
+                    cases.append(dict(name=f"{dtype} bshd S{s // 1024}k {dims} {'causal' if causal else 'full'}",
+                                      dtype=dtype, layout="bshd", batch=16384 // s, heads_q=2048 // hd,
+                                      heads_kv=2048 // hd, seqlen=s, head_dim=hd, head_dim_v=hdv,
+                                      causal=causal, tol=tol))
         if (not args.hd or args.hd == 128) and not args.seq:
             for causal in (False, True):
                 tag = "causal" if causal else "full"
@@ -544,7 +477,9 @@ def main():
     ap.add_argument("--small", action="store_true",
                     help="instead, bench_bwd --small's problems (B 1, H 16)")
     ap.add_argument("--dtype", choices=["bf16", "fp16"])
-    ap.add_argument("--hd", type=int, choices=[64, 128])
+    ap.add_argument("--hd", type=int, help="only the cases of this head_dim")
+    ap.add_argument("--more-head-dims", action="store_true",
+                    help="also head dims 80, 96, 112, 160, 192, 256 and 192/128 (S 4k, 8k)")
     ap.add_argument("--seq", type=int, help="only the BSHD cases of this sequence length")
     ap.add_argument("--memory", choices=["bhsd", "bshd"], default="bhsd",
                     help="memory order of the BSHD cases' tensors")
@@ -582,7 +517,7 @@ def main():
     print("\nTFLOP/s of the backward (median of %d runs)\n%s" % (runs, header))
     csv = open(args.csv, "w") if args.csv else None
     if csv:
-        csv.write("case,flash_tflops,cudnn_tflops,ours_tflops,ours_over_flash,ours_over_cudnn,"
+        csv.write("case,family,flash_tflops,cudnn_tflops,ours_tflops,ours_over_flash,ours_over_cudnn,"
                   "err_dq,err_dk,err_dv,check,note\n")
     failures = 0
     for c in grid(args):
@@ -602,14 +537,17 @@ def main():
             check = ("ok" if row["ok"] else "MISMATCH") + " (%.1e %.1e %.1e)" % tuple(row["errs"])
             failures += not row["ok"]
         else:
-            check = "unchecked (no flash gradients)"
+            check = "unchecked (no reference gradients)"
+        if "ref" in row and row["ref"] != "flash":
+            check += f" vs {row['ref']}"
         print(f"{c['name']:<30} {fmt(f, '7.1f')} {fmt(n, '7.1f')} {fmt(o, '7.1f')} "
-              f"{fmt(rf, '7.2f')} {fmt(rn, '7.2f')}  {check} {row['note']}".rstrip())
+              f"{fmt(rf, '7.2f')} {fmt(rn, '7.2f')}  {check} [{row.get('family', '?')}] "
+              f"{row['note']}".rstrip())
         sys.stdout.flush()
         if csv:
             errs = row.get("errs", [float("nan")] * 3)
-            csv.write(f"{c['name']},{f or ''},{n or ''},{o or ''},{rf or ''},{rn or ''},"
-                      f"{errs[0]},{errs[1]},{errs[2]},{check.split()[0]},{row['note'].strip()}\n")
+            csv.write(f"{c['name']},{row.get('family', '')},{f or ''},{n or ''},{o or ''},{rf or ''},"
+                      f"{rn or ''},{errs[0]},{errs[1]},{errs[2]},{check.split()[0]},{row['note'].strip()}\n")
     if csv:
         csv.close()
     jit.lib.sdpa_runtime_destroy(runtime)
