@@ -151,6 +151,14 @@ typedef struct hmodule {
 static hmodule modules[MAX_MODULES];
 static int module_count;
 
+/* Whether a --define turns the bulk-reduce dQ variant on (it changes the
+ * shared-memory carve). */
+static int dq_bulk_defined(void) {
+  for (int i = 0; i < extra_define_count; i++)
+    if (!strcmp(extra_defines[i], "SDPA_HOPPER_DQ_BULK=1")) return 1;
+  return 0;
+}
+
 static sdpa_hopper_config key_config(const hkey *k) {
   return sdpa_hopper_choose(k->head_dim, k->head_dim_v);
 }
@@ -267,7 +275,8 @@ static int compile_key(hmodule *m) {
   }
   if (ok && have_gpu) {
     const sdpa_driver *drv = gpu.drv;
-    const sdpa_hopper_smem smem = sdpa_hopper_smem_layout(key_config(&m->key));
+    const sdpa_hopper_smem smem =
+        sdpa_hopper_smem_layout_variant(key_config(&m->key), dq_bulk_defined());
     ok = drv->cuModuleLoadData(&m->module, cubin) == CUDA_SUCCESS &&
          drv->cuModuleGetFunction(&m->pre, m->module, "sdpa_bwd_preprocess") == CUDA_SUCCESS &&
          drv->cuModuleGetFunction(&m->main, m->module, "sdpa_bwd_main") == CUDA_SUCCESS &&
@@ -522,7 +531,7 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
   L->main_x = (unsigned)sdpa_hopper_grid_x(cfg, c->seqlen_kv, c->batch);
   L->main_y = (unsigned)c->heads_kv;
   L->convert_x = (unsigned)((int64_t)p->q_blocks * c->batch * c->heads_q);
-  L->smem = sdpa_hopper_smem_layout(cfg).total;
+  L->smem = sdpa_hopper_smem_layout_variant(cfg, dq_bulk_defined()).total;
   return status;
 }
 

@@ -67,6 +67,16 @@
 #define HOP_STAGES SDPA_STAGES
 #define HOP_THREADS (32 * SDPA_WARPS)
 
+/* dQ reduction: 0 (default, measured) one red.global.add.v4.f32 per
+ * fragment from registers; 1 (not yet measured) each warp stages its 16 x
+ * DQ_N fp32 slice in shared memory, in dq_accum's fragment order, and one
+ * lane hands it to the bulk-copy unit as a single reduce-add
+ * (cp.reduce.async.bulk ... .add.f32, 4 KB at hd 64 and 128); the next
+ * step waits for the unit to have read the slice before rewriting it. */
+#ifndef SDPA_HOPPER_DQ_BULK
+#define SDPA_HOPPER_DQ_BULK 0
+#endif
+
 /* The configuration of this key, and the one the traits choose for its
  * head dims: the translation unit's tiles must be those. */
 constexpr sdpa_hopper_config HOP_CFG = {D, DV, HOP_M, HOP_N, SDPA_WARPS, HOP_STAGES};
@@ -85,6 +95,7 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #ifndef SDPA_HOPPER_ABLATE
 #define SDPA_HOPPER_ABLATE 0
 #endif
+
 
 /* Register budgets after setmaxnreg. The block starts with
  * ENTRY_REGS a thread (__launch_bounds__(THREADS, 1): 65536 / 384 rounded
@@ -112,7 +123,7 @@ struct Work {
 };
 
 /* Shared-memory carve (sdpa_hopper_traits.h). */
-constexpr sdpa_hopper_smem HOP_SMEM = sdpa_hopper_smem_layout(HOP_CFG);
+constexpr sdpa_hopper_smem HOP_SMEM = sdpa_hopper_smem_layout_variant(HOP_CFG, SDPA_HOPPER_DQ_BULK);
 #define SMEM_K HOP_SMEM.k
 #define SMEM_V HOP_SMEM.v
 #define SMEM_Q HOP_SMEM.q
@@ -122,6 +133,7 @@ constexpr sdpa_hopper_smem HOP_SMEM = sdpa_hopper_smem_layout(HOP_CFG);
 #define SMEM_DELTA HOP_SMEM.delta
 #define SMEM_BAR HOP_SMEM.bar
 #define SMEM_WORK HOP_SMEM.work
+#define SMEM_DQ HOP_SMEM.dq
 #define Q_TILE_BYTES sdpa_hopper_tile_bytes(HOP_M, D)
 #define DO_TILE_BYTES sdpa_hopper_tile_bytes(HOP_M, DV)
 #define DS_TILE_BYTES sdpa_hopper_tile_bytes(HOP_N, HOP_M)
@@ -155,6 +167,7 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
  * half the head dim each (each half inside 64-column boxes). */
 #define DQ_SPLIT_M (HOP_M == 128)
 #define DQ_N (DQ_SPLIT_M ? D : D / 2)
+static_assert(DQ_N == sdpa_hopper_dq_cols(HOP_CFG), "the traits' dQ split");
 static_assert(DQ_SPLIT_M || (D / 2) % 64 == 0 || D / 2 < 64, "dQ halves inside boxes");
 
 #define LOG2E 1.4426950408889634f
@@ -489,11 +502,26 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
      * holds 16-row block (i0 + q_off) / 16 + wi. */
     if (SDPA_HOPPER_ABLATE == 0 && (SDPA_EVEN || i0 + q_off + 16 * wi < w.sq)) {
       float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
+#if SDPA_HOPPER_DQ_BULK
+      /* the warp's slice: DQ_N / 8 pieces of 128 floats, contiguous in
+       * dq_accum (sdpa_params.h) and here */
+      const u32 slice = base + SMEM_DQ + ((cw * 4 + wi) * DQ_N * 16) * 4;
+      bulk_wait_read(); /* the unit has read the previous step's slice */
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < DQ_N / 8; ++j)
+        st_shared_v4(slice + j * 512 + lane * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
+                     dq[4 * j + 3]);
+      fence_proxy_async();
+      __syncwarp();
+      if (lane == 0) bulk_reduce_add_f32(dqa, slice, DQ_N * 16 * 4);
+#else
 #pragma unroll
       for (int j = 0; j < DQ_N / 8; ++j) {
         const float v4[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
         red_frag(dqa + j * 128, lane, v4);
       }
+#endif
     }
     if (++it > w.it_hi) {
       it = w.it_lo;
@@ -506,6 +534,9 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     }
   }
 
+#if SDPA_HOPPER_DQ_BULK
+  bulk_wait_all(); /* every reduce-add done before the block's memory goes */
+#endif
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
   u16 *dk = (u16 *)p.dk + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head);
   u16 *dv = (u16 *)p.dv + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dv_batch, p.dv_seq, p.dv_head);

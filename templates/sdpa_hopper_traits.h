@@ -89,16 +89,27 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_tile_bytes(int rows, int cols) {
  *   work the block's coordinates (SDPA_HOPPER_WORK_BYTES), written once
  *        and read by the consumers where needed, so that they stay out
  *        of the registers across the main loop
+ *   dq   [consumer warps][16 x dq columns] fp32 in dq_accum's fragment
+ *        order: the staging of the bulk-reduce dQ variant (dq_bulk, the
+ *        kernel's SDPA_HOPPER_DQ_BULK; empty in the default kernel)
  * `carve` is where they end; `total`, the dynamic shared memory to launch
  * with, adds 1024 bytes for the alignment of the base. */
 typedef struct sdpa_hopper_smem {
-  int k, v, q, dout, ds, lse2, delta, bar, work, carve, total;
+  int k, v, q, dout, ds, lse2, delta, bar, work, dq, carve, total;
 } sdpa_hopper_smem;
+
+/* Head-dim columns of the dQ tile each consumer computes: the query tile
+ * splits between the consumers when it has 128 rows (64 each, all
+ * columns), else the columns do (half each). */
+SDPA_HOPPER_TRAIT int sdpa_hopper_dq_cols(sdpa_hopper_config c) {
+  return c.q_tile == 128 ? c.head_dim : c.head_dim / 2;
+}
 
 #define SDPA_HOPPER_WORK_BYTES 128
 
-SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c) {
-  sdpa_hopper_smem s = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_config c,
+                                                                  int dq_bulk) {
+  sdpa_hopper_smem s = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   s.k = 0;
   s.v = s.k + sdpa_hopper_tile_bytes(c.kv_tile, c.head_dim);
   s.q = s.v + sdpa_hopper_tile_bytes(c.kv_tile, c.head_dim_v);
@@ -108,9 +119,16 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c)
   s.delta = s.lse2 + c.stages * c.q_tile * 4;
   s.bar = s.delta + c.stages * c.q_tile * 4;
   s.work = (s.bar + 8 * (2 * c.stages + 1) + 15) / 16 * 16;
-  s.carve = s.work + SDPA_HOPPER_WORK_BYTES;
+  s.dq = s.work + SDPA_HOPPER_WORK_BYTES;
+  if (dq_bulk) s.dq = (s.dq + 127) / 128 * 128;
+  s.carve = s.dq + (dq_bulk ? 4 * SDPA_HOPPER_CONSUMERS * 16 * sdpa_hopper_dq_cols(c) * 4 : 0);
   s.total = s.carve + 1024;
   return s;
+}
+
+/* The default kernel's carve (what the runtime launches). */
+SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c) {
+  return sdpa_hopper_smem_layout_variant(c, 0);
 }
 
 /* Blocks in x: one per kv tile of each sequence. */

@@ -318,6 +318,28 @@ SDPA_DEVICE void tma_load_4d(u32 dst, const void *map, u32 bar, int c0, int c1, 
       : "memory");
 }
 
+/* Bulk reduce-add of `bytes` (a multiple of 16) fp32 values from shared
+ * `src` into global `dst` (16-byte aligned), in this thread's bulk
+ * group; committed at once. */
+SDPA_DEVICE void bulk_reduce_add_f32(float *dst, u32 src, u32 bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
+}
+/* Waits until the bulk groups of this thread have read their sources /
+ * have completed. */
+SDPA_DEVICE void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+SDPA_DEVICE void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+SDPA_DEVICE void st_shared_v4(u32 addr, float a, float b, float c, float d) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c),
+               "f"(d)
+               : "memory");
+}
+
 /* Generic-proxy writes to shared memory (st.shared, stmatrix) made visible
  * to the async proxy (wgmma operands, bulk copies); each writing thread
  * runs it before the barrier that hands the data over. */
