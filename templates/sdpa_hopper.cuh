@@ -13,7 +13,7 @@
  *                   completing on the stage's `full` mbarrier); warps 1-2
  *                   write the step's LSE * log2 e and Delta rows into the
  *                   ring (+inf and 0 for rows past the sequence, +inf for
- *                   rows that see no key) and arrives on the same barrier.
+ *                   rows that see no key) and arrive on the same barrier.
  *                   Both wait on the stage's `empty` barrier before reuse.
  *     warpgroups 1, 2   consumers (setmaxnreg.inc to CONSUMER_REGS), each
  *                   owning 64 of the N kv rows; per step (query head h,
@@ -53,6 +53,11 @@
  * the mma family (sdpa_aux.cuh). Reads q, k, v, dout (TMA), lse, delta,
  * cu_seqlens; writes dk, dv, dq_accum; sets *error_flag bits for bad THD
  * input. The block index order is the mma family's (decode_block).
+ *
+ * Compile-time variants besides the key (bench_hopper --define):
+ * SDPA_HOPPER_DQ_BULK (dQ through shared memory and bulk reduce-adds; its
+ * carve is sdpa_hopper_smem_layout_variant(c, 1)), SDPA_HOPPER_ABLATE
+ * (measurement only), SDPA_HOPPER_PRODUCER_REGS / _CONSUMER_REGS.
  */
 #include "sdpa_params.h"
 #include "sdpa_tensor_maps.h"
