@@ -6,8 +6,18 @@
  * it: sm_80/sm_87 give a block 163 KiB, sm_90/sm_100 227 KiB, the consumer
  * parts (sm_86, sm_89, sm_120) 99 KiB. Registers decide the rest: dK and
  * dV live in registers, N*(D+DV)/(32*warps) floats per thread, kept at
- * 128 or below. The table lists, per head_dim, candidates from fastest to
- * smallest; the first that fits the arch's shared memory wins.
+ * 128 or below. A rule gives every head dim its candidates, from
+ * fastest to smallest (the first that fits the arch's shared memory and
+ * whose warps tile the GEMMs wins), and a table of measured rows replaces
+ * the rule's candidates for the head dims it lists.
+ *
+ * The rule, on the GEMM head dims GD, GDV (D, DV rounded up to 16):
+ * query tile 128 up to GD 64, 64 up to GD 224, 32 beyond; kv tile 128
+ * while dK and dV fit 128 registers a thread at 8 warps (GD + GDV <= 256),
+ * else 64; then one stage instead of two, then half the kv tile, then
+ * 32 x 32 tiles over 4 warps. The
+ * kernel pads the GEMM head dims further where its warp split needs it
+ * (sdpa_mma_gemm_dims, templates/sdpa_traits.h).
  *
  * Small grids. The main kernel runs one block per kv tile per (sequence,
  * kv head), and each block walks every query tile in turn. When that grid
@@ -54,12 +64,15 @@ typedef struct {
   int q_tile, kv_tile, warps, stages;
 } tile_choice;
 
+#define MAX_CANDIDATES 5
+
 typedef struct {
   int head_dim;
-  tile_choice candidates[4]; /* q_tile 0 ends the list */
+  tile_choice candidates[MAX_CANDIDATES]; /* q_tile 0 ends the list */
 } config_row;
 
-/* {q_tile, kv_tile, warps, stages} by head_dim, best first. */
+/* Measured rows: {q_tile, kv_tile, warps, stages} by head_dim, best first
+ * (bench/NOTES.md). */
 static const config_row table[] = {
   {32,  {{128, 128, 8, 2}, {128, 128, 8, 1}, {64, 64, 8, 2}, {0}}},
   {64,  {{128, 128, 8, 2}, {128, 128, 8, 1}, {64, 64, 8, 2}, {0}}},
@@ -68,6 +81,28 @@ static const config_row table[] = {
   {192, {{64, 64, 8, 2}, {64, 64, 8, 1}, {32, 64, 8, 1}, {0}}},
   {256, {{32, 64, 8, 2}, {32, 32, 4, 1}, {0}}},
 };
+
+#define MIN_HEAD_DIM 8
+#define MAX_HEAD_DIM 256
+#define HEAD_DIM_STEP 8
+
+/* The candidates for head_dim `d` with head_dim_v `dv` into `out` (q_tile
+ * 0 ends the list): the table's row for d, else the rule's. */
+static void candidates_for(int d, int dv, tile_choice out[MAX_CANDIDATES]) {
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)
+    if (table[i].head_dim == d) {
+      for (int k = 0; k < MAX_CANDIDATES; ++k) out[k] = table[i].candidates[k];
+      return;
+    }
+  const int gd = sdpa_round_up(d, 16), gdv = sdpa_round_up(dv, 16);
+  const int q = gd <= 64 ? 128 : gd <= 224 ? 64 : 32;
+  const int kv = gd + gdv <= 256 ? 128 : 64;
+  out[0] = (tile_choice){q, kv, 8, 2};
+  out[1] = (tile_choice){q, kv, 8, 1};
+  out[2] = (tile_choice){q, kv / 2, 8, 2};
+  out[3] = (tile_choice){q, kv / 2, 8, 1};
+  out[4] = (tile_choice){32, 32, 4, 1}; /* the 99 KiB parts at the widest head dims */
+}
 
 /* Small-grid candidates, best first (the table's warps; q tile 128 where
  * shared memory allows: +2 to +4% over 64 at head_dim 64 and 128). */
@@ -109,6 +144,11 @@ static void take(sdpa_key_fields *f, const tile_choice *t, int *smem) {
   *smem = sdpa_mma_smem_layout(sdpa_config_mma(f)).total;
 }
 
+/* Whether the warps of tiles `t` tile every GEMM at the head dims of `f`. */
+static int tiles_gemms(const sdpa_key_fields *f, const tile_choice *t) {
+  return sdpa_mma_gemm_dims(mma_config(f, t->q_tile, t->kv_tile, t->warps, t->stages)).d > 0;
+}
+
 /* The shared memory tiles `t` need with key fields `f`. */
 static int smem_of(const sdpa_key_fields *f, const tile_choice *t) {
   return sdpa_mma_smem_layout(mma_config(f, t->q_tile, t->kv_tile, t->warps, t->stages))
@@ -132,6 +172,12 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_plan_optio
                             "tiles of the mma.sync family: tiles 32, 64 or 128, warps "
                             "4 or 8, stages 1 or 2",
                             t.q_tile, t.kv_tile, t.warps, t.stages);
+    if (!tiles_gemms(f, &t))
+      return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
+                            "tiles %d,%d,%d,%d (options or SDPA_JIT_TILES): their warps do "
+                            "not tile the GEMMs at head_dim %d, head_dim_v %d",
+                            t.q_tile, t.kv_tile, t.warps, t.stages, d->head_dim,
+                            d->head_dim_v);
     const int need = smem_of(f, &t);
     if (need > limit)
       return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
@@ -142,70 +188,67 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_plan_optio
     take(f, &t, smem);
     return SDPA_STATUS_SUCCESS;
   }
+  tile_choice candidates[MAX_CANDIDATES];
+  candidates_for(d->head_dim, d->head_dim_v, candidates);
   int smallest = 0;
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
-    if (table[i].head_dim != d->head_dim) continue;
-    for (int k = 0; k < 4 && table[i].candidates[k].q_tile; ++k) {
-      const tile_choice *t = &table[i].candidates[k];
-      const int need = smem_of(f, t);
-      if (need > limit) {
-        smallest = need;
-        continue;
-      }
-      if (small_grid(d, o, t->kv_tile))
-        for (const tile_choice *s = small_grid_candidates; s->q_tile; ++s)
-          if (smem_of(f, s) <= limit) {
-            t = s;
-            break;
-          }
-      take(f, t, smem);
-      return SDPA_STATUS_SUCCESS;
+  for (int k = 0; k < MAX_CANDIDATES && candidates[k].q_tile; ++k) {
+    const tile_choice *t = &candidates[k];
+    if (!tiles_gemms(f, t)) continue;
+    const int need = smem_of(f, t);
+    if (need > limit) {
+      smallest = need;
+      continue;
     }
+    if (small_grid(d, o, t->kv_tile))
+      for (const tile_choice *s = small_grid_candidates; s->q_tile; ++s)
+        if (tiles_gemms(f, s) && smem_of(f, s) <= limit) {
+          t = s;
+          break;
+        }
+    take(f, t, smem);
+    return SDPA_STATUS_SUCCESS;
+  }
+  if (smallest)
     return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
                           "desc.head_dim = %d (head_dim_v %d) needs %d bytes of "
                           "shared memory per block at the smallest tiles; sm_%d "
                           "allows %d",
                           d->head_dim, d->head_dim_v, smallest, limit_arch, limit);
-  }
-  /* Unreachable: plan.c admits only the table's head dims. */
+  /* Unreachable for the head dims plan.c admits (checked for all of them
+   * by test_cpu_traits). */
   return sdpa_error_set(SDPA_STATUS_INTERNAL,
-                        "no kernel configuration for head_dim %d", d->head_dim);
+                        "no tiles of the mma.sync family cover head_dim %d, head_dim_v %d",
+                        d->head_dim, d->head_dim_v);
 }
 
-size_t sdpa_config_candidates(int head_dim, sdpa_mma_config *out, size_t capacity) {
+size_t sdpa_config_candidates(int head_dim, int head_dim_v, sdpa_mma_config *out,
+                              size_t capacity) {
   size_t n = 0;
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
-    if (table[i].head_dim != head_dim) continue;
-    for (int k = 0; k < 4 && table[i].candidates[k].q_tile; ++k) {
-      const tile_choice *t = &table[i].candidates[k];
-      if (n < capacity)
-        out[n] = (sdpa_mma_config){head_dim, head_dim, t->q_tile, t->kv_tile,
-                                   t->warps, t->stages, 0, 0, 0};
-      n++;
-    }
-    for (const tile_choice *s = small_grid_candidates; s->q_tile; ++s) {
-      if (n < capacity)
-        out[n] = (sdpa_mma_config){head_dim, head_dim, s->q_tile, s->kv_tile,
-                                   s->warps, s->stages, 0, 0, 0};
-      n++;
-    }
+  tile_choice candidates[MAX_CANDIDATES];
+  candidates_for(head_dim, head_dim_v, candidates);
+  for (int k = 0; k < MAX_CANDIDATES && candidates[k].q_tile; ++k) {
+    const tile_choice *t = &candidates[k];
+    if (n < capacity)
+      out[n] = (sdpa_mma_config){head_dim, head_dim_v, t->q_tile, t->kv_tile,
+                                 t->warps, t->stages, 0, 0, 0};
+    n++;
+  }
+  for (const tile_choice *s = small_grid_candidates; s->q_tile; ++s) {
+    if (n < capacity)
+      out[n] = (sdpa_mma_config){head_dim, head_dim_v, s->q_tile, s->kv_tile,
+                                 s->warps, s->stages, 0, 0, 0};
+    n++;
   }
   return n;
 }
 
 int sdpa_config_supports_head_dim(int head_dim) {
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)
-    if (table[i].head_dim == head_dim) return 1;
-  return 0;
+  return head_dim >= MIN_HEAD_DIM && head_dim <= MAX_HEAD_DIM &&
+         head_dim % HEAD_DIM_STEP == 0;
 }
 
 const char *sdpa_config_head_dim_list(char *buf, size_t size) {
-  size_t used = 0;
-  buf[0] = 0;
-  for (size_t i = 0; i < sizeof table / sizeof table[0] && used < size; ++i) {
-    int n = snprintf(buf + used, size - used, "%s%d", i ? ", " : "", table[i].head_dim);
-    if (n < 0) break;
-    used += (size_t)n;
-  }
+  snprintf(buf, size, "multiples of %d from %d to %d", HEAD_DIM_STEP, MIN_HEAD_DIM,
+           MAX_HEAD_DIM);
   return buf;
 }

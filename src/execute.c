@@ -32,6 +32,15 @@ static sdpa_status check_pointer(const void *ptr, const char *name) {
   return SDPA_STATUS_SUCCESS;
 }
 
+/* Whether the call's THD query (kv) tokens are none: then the tensors
+ * that hold them may be NULL (as empty framework tensors are). */
+static int no_q_tokens(const sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t) {
+  return plan->desc.layout == SDPA_LAYOUT_THD && t->total_q == 0;
+}
+static int no_kv_tokens(const sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t) {
+  return plan->desc.layout == SDPA_LAYOUT_THD && t->total_kv == 0;
+}
+
 /* Validates the call's arguments against the plan. */
 static sdpa_status check_call(const sdpa_bwd_plan *plan,
                               const sdpa_bwd_tensors *t, const void *workspace,
@@ -44,14 +53,18 @@ static sdpa_status check_call(const sdpa_bwd_plan *plan,
                           "tensors.version = %u: initialize with "
                           "SDPA_BWD_TENSORS_INIT (version %d)",
                           t->version, SDPA_BWD_TENSORS_VERSION);
+  const int q_none = no_q_tokens(plan, t), kv_none = no_kv_tokens(plan, t);
   const struct {
     const void *ptr;
     const char *name;
-  } ptrs[] = {{t->q, "q"},       {t->k, "k"},   {t->v, "v"},   {t->o, "o"},
-              {t->dout, "dout"}, {t->dq, "dq"}, {t->dk, "dk"}, {t->dv, "dv"}};
+    int empty; /* covers no tokens: NULL is fine */
+  } ptrs[] = {{t->q, "q", q_none},       {t->k, "k", kv_none},   {t->v, "v", kv_none},
+              {t->o, "o", q_none},       {t->dout, "dout", q_none}, {t->dq, "dq", q_none},
+              {t->dk, "dk", kv_none},    {t->dv, "dv", kv_none}};
   for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; ++i)
-    if ((st = check_pointer(ptrs[i].ptr, ptrs[i].name))) return st;
-  if (!t->lse || !ALIGNED(t->lse, 4))
+    if (!(ptrs[i].empty && !ptrs[i].ptr) && (st = check_pointer(ptrs[i].ptr, ptrs[i].name)))
+      return st;
+  if (!(q_none && !t->lse) && (!t->lse || !ALIGNED(t->lse, 4)))
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "tensors.lse = %p must be a 4-byte aligned device "
                           "pointer to fp32", (const void *)t->lse);
@@ -137,14 +150,22 @@ static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void 
   if ((status = check_call(plan, t, workspace, workspace_bytes))) return status;
   if ((status = current_module(plan, &drv, &ctx, &m))) return status;
   if ((status = take_device_error(m))) return status;
+  /* A THD batch of no tokens at all: nothing to compute, nothing to write. */
+  if (no_q_tokens(plan, t) && no_kv_tokens(plan, t)) return SDPA_STATUS_SUCCESS;
 
   const sdpa_bwd_desc *d = &plan->desc;
-  /* The plan holds everything but the call's pointers and THD totals. */
-  sdpa_kernel_params p = plan->params;
-  p.q = t->q; p.k = t->k; p.v = t->v; p.o = t->o; p.dout = t->dout;
-  p.lse = t->lse;
-  p.dq = t->dq; p.dk = t->dk; p.dv = t->dv;
+  /* The plan holds everything but the call's pointers and THD totals.
+   * NULL tensors of no tokens (THD) get the workspace as a stand-in: no
+   * kernel reads or writes them (no row is in range), but the tensor maps
+   * of the sm_90a family need an address to describe. */
   unsigned char *ws = workspace;
+  const void *none = ws;
+  sdpa_kernel_params p = plan->params;
+  p.q = t->q ? t->q : none; p.k = t->k ? t->k : none; p.v = t->v ? t->v : none;
+  p.o = t->o ? t->o : none; p.dout = t->dout ? t->dout : none;
+  p.lse = t->lse ? t->lse : (const float *)none;
+  p.dq = t->dq ? t->dq : (void *)ws; p.dk = t->dk ? t->dk : (void *)ws;
+  p.dv = t->dv ? t->dv : (void *)ws;
   p.dq_accum = (float *)(ws + plan->ws_dq_accum);
   p.delta = (float *)(ws + plan->ws_delta);
   const int fold_dq = plan->fields.fold_dq;

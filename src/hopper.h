@@ -24,7 +24,7 @@
 
 /* Whether SDPA_FAMILY_AUTO takes the Hopper family where it covers the
  * descriptor (1), or only a plan that asks for it does (0). */
-#define SDPA_HOPPER_BY_DEFAULT 0
+#define SDPA_HOPPER_BY_DEFAULT 1
 
 /* 1 when the Hopper family runs `d` (resolved) with options `o`; `why`
  * gets a sentence either way ("covers this descriptor" or what it does

@@ -80,19 +80,21 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *resolved,
                                const sdpa_bwd_plan_options *options,
                                sdpa_key_fields *fields, int *smem_bytes);
 
-/* Whether the configuration table has a row for `head_dim`, and its head
- * dims as "32, 64, ..." in buf (returned). The table is the one list of
- * supported head dims. */
+/* Whether the mma.sync family (the one that covers every supported
+ * shape) takes `head_dim` (of Q and K, or of V), and the supported head
+ * dims in words in buf (returned): the one home of that rule. */
 int sdpa_config_supports_head_dim(int head_dim);
 const char *sdpa_config_head_dim_list(char *buf, size_t size);
 
 /* The traits configuration of the mma.sync kernel a key describes. */
 sdpa_mma_config sdpa_config_mma(const sdpa_key_fields *fields);
 
-/* The candidates the table can pick for `head_dim` on an arch of
- * `smem_limit` bytes (small-grid ones too), for tests: writes up to
- * `capacity` configurations and returns how many there are. */
-size_t sdpa_config_candidates(int head_dim, sdpa_mma_config *out, size_t capacity);
+/* The candidates the rule and the table can pick for `head_dim`,
+ * `head_dim_v` (small-grid ones too, whether or not their warps tile the
+ * GEMMs), for tests: writes up to `capacity` configurations and returns
+ * how many there are. */
+size_t sdpa_config_candidates(int head_dim, int head_dim_v, sdpa_mma_config *out,
+                              size_t capacity);
 
 /* Largest dynamic shared memory per block of an arch (bytes). */
 int sdpa_arch_smem_limit(int arch);

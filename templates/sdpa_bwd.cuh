@@ -62,20 +62,27 @@
 #define NW SDPA_WARPS
 #define NT (NW * 32)
 
-/* Padded row strides (elements) of the shared tiles. */
-#define LD_D (D + 8)
-#define LD_DV (DV + 8)
-#define LD_N (N + 8)
-
-/* The configuration, its shared-memory carve and warp partitions
- * (sdpa_traits.h: the host sizes the launch from the same functions).
- * Macros, not constexpr variables: with device code as the default a
- * namespace-scope variable would be emitted into the module. */
+/* The configuration, its GEMM head dims, shared-memory carve and warp
+ * partitions (sdpa_traits.h: the host sizes the launch from the same
+ * functions). Macros, not constexpr variables: with device code as the
+ * default a namespace-scope variable would be emitted into the module. */
 #define CFG                                                                   \
   (sdpa_mma_config{D, DV, M, N, NW, SDPA_STAGES, SDPA_DETERMINISTIC, SDPA_MASK == 3, \
                    SDPA_FOLD_DQ})
 #define SMEM sdpa_mma_smem_layout(CFG)
 #define SPLIT sdpa_mma_warp_split(CFG)
+
+/* GEMM head dims: D and DV rounded up to what the warps tile (equal to
+ * them for multiples of 32). Columns [D, GD) and [DV, GDV) of the shared
+ * tiles are zero and are never loaded from or stored to global memory. */
+#define GD (sdpa_mma_gemm_dims(CFG).d)
+#define GDV (sdpa_mma_gemm_dims(CFG).dv)
+#define PADDED (GD != D || GDV != DV)
+
+/* Padded row strides (elements) of the shared tiles. */
+#define LD_D (GD + 8)
+#define LD_DV (GDV + 8)
+#define LD_N (N + 8)
 
 /* Warp partitions: S, dP (M x N) over S_WM x S_WN warps; dK, dV (N x D,
  * N x DV) over KV_WN x KV_WD; dQ (M x D) over Q_WM x Q_WD. */
@@ -88,10 +95,10 @@
 #define S_TM (M / S_WM)
 #define S_TN (N / S_WN)
 #define KV_TN (N / KV_WN)
-#define KV_TD (D / KV_WD)
-#define KV_TDV (DV / KV_WD)
+#define KV_TD (GD / KV_WD)
+#define KV_TDV (GDV / KV_WD)
 #define Q_TM (M / Q_WM)
-#define Q_TD (D / Q_WD)
+#define Q_TD (GD / Q_WD)
 
 static_assert(S_WM > 0 && KV_WN > 0 && Q_WM > 0 &&
               S_WM * S_WN == NW && KV_WN * KV_WD == NW && Q_WM * Q_WD == NW,
@@ -100,7 +107,9 @@ static_assert(S_TM % 16 == 0 && S_TN % 16 == 0, "S warp tile");
 static_assert(KV_TN % 16 == 0 && KV_TD % 16 == 0 && KV_TDV % 16 == 0,
               "dK/dV warp tile");
 static_assert(Q_TM % 16 == 0 && Q_TD % 16 == 0, "dQ warp tile");
-static_assert(D % 32 == 0 && DV % 32 == 0 && DV <= D, "head dims");
+static_assert(D % 8 == 0 && DV % 8 == 0 && DV <= D && GD >= D && GDV >= DV &&
+                  GD % 16 == 0 && GDV % 16 == 0,
+              "head dims: multiples of 8, GEMM head dims multiples of 16 that hold them");
 
 /* Shared memory carve (bytes; sdpa_traits.h), and what the kernel puts in
  * each region fits it. */
@@ -233,8 +242,8 @@ struct CtaWork {
  * rows >= sq are skipped. Every reduction into the tile is visible. */
 SDPA_DEVICE void convert_tile(const sdpa_kernel_params &p, const CtaWork &w, int h, int it) {
   constexpr int UNITS = M * D / 4; /* float4 pieces: 32 per 16 x 8 piece */
-  static_assert(UNITS % NT == 0, "dQ tile pieces must split over the block");
-  constexpr int PER = UNITS / NT;
+  constexpr bool EVEN_UNITS = UNITS % NT == 0; /* else the last pass is partial */
+  constexpr int PER = (UNITS + NT - 1) / NT;
   /* Units whose loads are in flight together (32 floats a thread: this
    * runs after the main loop, when registers are free). */
   constexpr int CHUNK = PER % 8 == 0 ? 8 : PER % 4 == 0 ? 4 : PER % 2 == 0 ? 2 : 1;
@@ -250,7 +259,7 @@ SDPA_DEVICE void convert_tile(const sdpa_kernel_params &p, const CtaWork &w, int
       const int unit = (c0 + u) * NT + threadIdx.x;
       const int mb = unit / (D * 4), piece = (unit % (D * 4)) >> 5, lane = unit & 31;
       const float *at = src + mb * blk_elems + piece * 128;
-      if (SDPA_EVEN || i0 + mb * 16 < w.sq) {
+      if ((EVEN_UNITS || unit < UNITS) && (SDPA_EVEN || i0 + mb * 16 < w.sq)) {
 #if __CUDA_ARCH__ >= 900
         asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
                      : "=f"(v[u][0]), "=f"(v[u][1]), "=f"(v[u][2]), "=f"(v[u][3])
@@ -266,7 +275,8 @@ SDPA_DEVICE void convert_tile(const sdpa_kernel_params &p, const CtaWork &w, int
     for (int u = 0; u < CHUNK; ++u) {
       const int unit = (c0 + u) * NT + threadIdx.x;
       const int mb = unit / (D * 4), piece = (unit % (D * 4)) >> 5, lane = unit & 31;
-      store_dq_piece(dq, p.dq_seq, i0 + mb * 16, piece, lane, v[u], w.sq, p.scale);
+      if (EVEN_UNITS || unit < UNITS)
+        store_dq_piece(dq, p.dq_seq, i0 + mb * 16, piece, lane, v[u], w.sq, p.scale);
     }
   }
 }
@@ -364,14 +374,14 @@ __device__ __noinline__ void fold_dq_end(const sdpa_kernel_params p, unsigned ch
 /* ------------------------------------------------------------------ main */
 
 /* Copies a [ROWS x COLS] tile (global row stride `stride` elements) into
- * shared memory at byte address `s` with row stride COLS+8, in 16-byte
+ * shared memory at byte address `s` with row stride LD, in 16-byte
  * cp.async chunks; rows >= valid are zero-filled (WHOLE: none are, the
  * check is left out). When the block's
  * threads tile a row's chunks evenly (COLS/8 divides NT) each thread keeps
  * one column and steps by whole rows with no divisions;
  * otherwise (head dims 96, 192) a plain loop hands chunk c to thread
  * c % NT, which costs fewer registers than unrolling it. */
-template <int ROWS, int COLS, bool WHOLE = SDPA_EVEN>
+template <int ROWS, int COLS, int LD, bool WHOLE = SDPA_EVEN>
 SDPA_DEVICE void copy_tile(u32 s, const u16 *g, sdpa_i64 stride, int valid) {
   constexpr int CH = COLS / 8;
   if (NT % CH == 0) {
@@ -388,7 +398,7 @@ SDPA_DEVICE void copy_tile(u32 s, const u16 *g, sdpa_i64 stride, int valid) {
       const int r = r0 + i * RSTEP;
       if (ROWS % RSTEP == 0 || r < ROWS) {
         const bool ok = WHOLE || r < valid;
-        cp_async16(s + (r * (COLS + 8) + k) * 2, ok ? g0 + i * gstep : g, ok);
+        cp_async16(s + (r * LD + k) * 2, ok ? g0 + i * gstep : g, ok);
       }
     }
   } else {
@@ -396,7 +406,7 @@ SDPA_DEVICE void copy_tile(u32 s, const u16 *g, sdpa_i64 stride, int valid) {
     for (int c = threadIdx.x; c < ROWS * CH; c += NT) {
       const int r = c / CH, k = (c - r * CH) * 8;
       const bool ok = WHOLE || r < valid;
-      cp_async16(s + (r * (COLS + 8) + k) * 2, ok ? g + r * stride + k : g, ok);
+      cp_async16(s + (r * LD + k) * 2, ok ? g + r * stride + k : g, ok);
     }
   }
 }
@@ -491,9 +501,9 @@ SDPA_DEVICE void load_step(const sdpa_kernel_params &p, int b, sdpa_i64 q0, int 
   const sdpa_i64 dob = (q0 + i0) * p.do_seq + (sdpa_i64)lh * p.do_head;
   const sdpa_i64 lse_b = (sdpa_i64)lh * p.lse_head + q0 * p.lse_seq;
 #endif
-  copy_tile<M, D, WHOLE>(smem0 + SMEM_Q + stage * M * LD_D * 2, (const u16 *)p.q + qb,
+  copy_tile<M, D, LD_D, WHOLE>(smem0 + SMEM_Q + stage * M * LD_D * 2, (const u16 *)p.q + qb,
                          p.q_seq, q_valid);
-  copy_tile<M, DV, WHOLE>(smem0 + SMEM_DO + stage * M * LD_DV * 2,
+  copy_tile<M, DV, LD_DV, WHOLE>(smem0 + SMEM_DO + stage * M * LD_DV * 2,
                           (const u16 *)p.dout + dob, p.do_seq, q_valid);
   /* LSE and Delta rows ride in the same cp.async group; rows past the
    * sequence are zero-filled (and masked). */
@@ -623,7 +633,8 @@ SDPA_DEVICE void reduce_dq(const sdpa_kernel_params &p, const Band &band, int b,
     if (WHOLE || i0 + q_m + mi * 16 < sq) {
 #pragma unroll
       for (int nj = 0; nj < Q_TD / 8; ++nj)
-        red_frag(dqa + mi * blk_elems + nj * 128, lane, acc_dq[mi][nj]);
+        if (GD == D || q_d + nj * 8 < D) /* dq_accum holds the real D columns */
+          red_frag(dqa + mi * blk_elems + nj * 128, lane, acc_dq[mi][nj]);
     }
 #if SDPA_DETERMINISTIC
   __threadfence();
@@ -652,15 +663,41 @@ SDPA_DEVICE void store_dk_dv(const sdpa_kernel_params &p, int b, sdpa_i64 kv0, i
       if (SDPA_EVEN || r < kv_valid) {
 #pragma unroll
         for (int dj = 0; dj < KV_TD / 8; ++dj)
-          *(u32 *)(dk + r * p.dk_seq + kv_d + dj * 8 + 2 * t) =
-              pack2<DT>(acc_dk[ni][dj][hf * 2] * p.scale, acc_dk[ni][dj][hf * 2 + 1] * p.scale);
+          if (GD == D || kv_d + dj * 8 < D) /* not a padding column */
+            *(u32 *)(dk + r * p.dk_seq + kv_d + dj * 8 + 2 * t) = pack2<DT>(
+                acc_dk[ni][dj][hf * 2] * p.scale, acc_dk[ni][dj][hf * 2 + 1] * p.scale);
 #pragma unroll
         for (int dj = 0; dj < KV_TDV / 8; ++dj)
-          *(u32 *)(dv + r * p.dv_seq + kv_dv + dj * 8 + 2 * t) =
-              pack2<DT>(acc_dv[ni][dj][hf * 2], acc_dv[ni][dj][hf * 2 + 1]);
+          if (GDV == DV || kv_dv + dj * 8 < DV)
+            *(u32 *)(dv + r * p.dv_seq + kv_dv + dj * 8 + 2 * t) =
+                pack2<DT>(acc_dv[ni][dj][hf * 2], acc_dv[ni][dj][hf * 2 + 1]);
       }
     }
   (void)kv_valid;
+}
+
+/* Zeroes the columns beyond the head dims in the K, V, Q and dO tiles
+ * (every stage), which no load writes: the GEMMs over GD and GDV then add
+ * products of zeros. The first step's barrier orders these stores before
+ * any read. */
+SDPA_DEVICE void zero_pad_columns(unsigned char *smem) {
+  /* 16-byte chunks a row (at least 1: no division by 0 where one is 0
+   * and its loop runs no pass) */
+  constexpr int PD = GD > D ? (GD - D) / 8 : 1, PDV = GDV > DV ? (GDV - DV) / 8 : 1;
+  constexpr int ROWS = N + SDPA_STAGES * M;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  for (int c = threadIdx.x; GD > D && c < ROWS * PD; c += NT) {
+    const int r = c / PD, k = D + (c - r * PD) * 8;
+    u16 *row = r < N ? (u16 *)(smem + SMEM_K) + r * LD_D
+                     : (u16 *)(smem + SMEM_Q) + (r - N) * LD_D;
+    *(uint4 *)(row + k) = zero;
+  }
+  for (int c = threadIdx.x; GDV > DV && c < ROWS * PDV; c += NT) {
+    const int r = c / PDV, k = DV + (c - r * PDV) * 8;
+    u16 *row = r < N ? (u16 *)(smem + SMEM_V) + r * LD_DV
+                     : (u16 *)(smem + SMEM_DO) + (r - N) * LD_DV;
+    *(uint4 *)(row + k) = zero;
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1)
@@ -700,8 +737,9 @@ sdpa_bwd_main(const sdpa_kernel_params p) {
   const sdpa_i64 vb = kv_row_offset(b, kv0, k0, hk, p.v_batch, p.v_seq, p.v_head);
 
   const u32 smem0 = smem_u32(smem);
-  copy_tile<N, D>(smem0 + SMEM_K, (const u16 *)p.k + kb, p.k_seq, kv_valid);
-  copy_tile<N, DV>(smem0 + SMEM_V, (const u16 *)p.v + vb, p.v_seq, kv_valid);
+  if (PADDED) zero_pad_columns(smem);
+  copy_tile<N, D, LD_D>(smem0 + SMEM_K, (const u16 *)p.k + kb, p.k_seq, kv_valid);
+  copy_tile<N, DV, LD_DV>(smem0 + SMEM_V, (const u16 *)p.v + vb, p.v_seq, kv_valid);
   cp_async_commit();
 
   /* Warp positions in each partition. */

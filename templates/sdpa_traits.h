@@ -39,31 +39,6 @@ typedef struct sdpa_mma_config {
   int fold_dq;       /* the main kernel writes dQ        */
 } sdpa_mma_config;
 
-/* Byte offsets of the main kernel's shared-memory regions, in order:
- * K [N][D+8], V [N][DV+8], Q [stages][M][D+8], dO [stages][M][DV+8],
- * P [M][N+8], dS [M][N+8] (16-bit elements, rows padded by 16 bytes so
- * the 8 rows of an ldmatrix fall in distinct bank groups), LSE and Delta
- * [stages][M] (fp32). `total` is the dynamic shared memory to launch
- * with. */
-typedef struct sdpa_mma_smem {
-  int k, v, q, dout, p, ds, lse, delta, total;
-} sdpa_mma_smem;
-
-SDPA_TRAIT sdpa_mma_smem sdpa_mma_smem_layout(sdpa_mma_config c) {
-  const int ld_d = c.head_dim + 8, ld_dv = c.head_dim_v + 8, ld_n = c.kv_tile + 8;
-  sdpa_mma_smem s = {0, 0, 0, 0, 0, 0, 0, 0, 0};
-  s.k = 0;
-  s.v = s.k + c.kv_tile * ld_d * 2;
-  s.q = s.v + c.kv_tile * ld_dv * 2;
-  s.dout = s.q + c.stages * c.q_tile * ld_d * 2;
-  s.p = s.dout + c.stages * c.q_tile * ld_dv * 2;
-  s.ds = s.p + c.q_tile * ld_n * 2;
-  s.lse = s.ds + c.q_tile * ld_n * 2;
-  s.delta = s.lse + c.stages * c.q_tile * 4;
-  s.total = s.delta + c.stages * c.q_tile * 4;
-  return s;
-}
-
 /* Warp partitions of the three GEMM shapes, R x C outputs over WR x
  * (warps / WR) warps: rows of warps for S/dP (M x N), for dK/dV (N x D
  * and N x DV) and for dQ (M x D). Default: the split that reads the
@@ -78,11 +53,25 @@ typedef struct sdpa_mma_split {
   int s_rows, kv_rows, q_rows;
 } sdpa_mma_split;
 
-SDPA_TRAIT int sdpa_split_rows(int rows, int cols, int warps) {
+/* Head dims as the GEMMs and the shared tiles see them: D and DV rounded
+ * up to the smallest multiples of 16 (the MMA's k step; ldmatrix takes 16
+ * columns at a time) on which the warp split below tiles every GEMM. The
+ * columns beyond the real head dims are zero in shared memory and are
+ * never loaded or stored; for head dims that are multiples of 32 (every
+ * head dim of the tile table) they are the head dims themselves. */
+typedef struct sdpa_mma_dims {
+  int d, dv; /* 0, 0: no padding up to 256 lets the warps tile the GEMMs */
+} sdpa_mma_dims;
+
+SDPA_TRAIT int sdpa_round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+/* The default split's rows of warps for R x C outputs whose columns also
+ * tile a second width C2 (dK next to dV): 0 when none fits. */
+SDPA_TRAIT int sdpa_split_rows(int rows, int cols, int cols2, int warps) {
   int best = 0, cost = 1 << 30;
   for (int wr = 1; wr <= warps; wr *= 2) {
     const int wc = warps / wr;
-    if (rows % (16 * wr) != 0 || cols % (16 * wc) != 0) continue;
+    if (rows % (16 * wr) != 0 || cols % (16 * wc) != 0 || cols2 % (16 * wc) != 0) continue;
     const int c = rows / wr + cols / wc;
     if (c < cost || (c == cost && rows / wr <= cols / wc)) {
       cost = c;
@@ -96,17 +85,74 @@ SDPA_TRAIT int sdpa_mma_tight(sdpa_mma_config c) {
   return (c.deterministic || c.stages == 1 || c.window || c.fold_dq) && c.warps == 8;
 }
 
-SDPA_TRAIT sdpa_mma_split sdpa_mma_warp_split(sdpa_mma_config c) {
+/* Whether `wr` rows of warps tile R x C (and C2) outputs in 16 x 16
+ * multiples. */
+SDPA_TRAIT int sdpa_split_tiles(int wr, int warps, int rows, int cols, int cols2) {
+  return wr > 0 && warps % wr == 0 && rows % (16 * wr) == 0 &&
+         cols % (16 * (warps / wr)) == 0 && cols2 % (16 * (warps / wr)) == 0;
+}
+
+/* The split of `c` at GEMM head dims d, dv; valid() says whether it tiles. */
+SDPA_TRAIT sdpa_mma_split sdpa_mma_split_at(sdpa_mma_config c, int d, int dv) {
   sdpa_mma_split s = {0, 0, 0};
   if (sdpa_mma_tight(c)) {
     s.s_rows = c.q_tile / 16 < c.warps ? c.q_tile / 16 : c.warps;
     s.kv_rows = c.kv_tile / 16 < c.warps ? c.kv_tile / 16 : c.warps;
     s.q_rows = s.s_rows;
   } else {
-    s.s_rows = sdpa_split_rows(c.q_tile, c.kv_tile, c.warps);
-    s.kv_rows = sdpa_split_rows(c.kv_tile, c.head_dim_v, c.warps);
-    s.q_rows = sdpa_split_rows(c.q_tile, c.head_dim, c.warps);
+    s.s_rows = sdpa_split_rows(c.q_tile, c.kv_tile, c.kv_tile, c.warps);
+    s.kv_rows = sdpa_split_rows(c.kv_tile, dv, d, c.warps);
+    s.q_rows = sdpa_split_rows(c.q_tile, d, d, c.warps);
   }
+  return s;
+}
+
+SDPA_TRAIT int sdpa_mma_split_valid(sdpa_mma_config c, sdpa_mma_split s, int d, int dv) {
+  return sdpa_split_tiles(s.s_rows, c.warps, c.q_tile, c.kv_tile, c.kv_tile) &&
+         sdpa_split_tiles(s.kv_rows, c.warps, c.kv_tile, dv, d) &&
+         sdpa_split_tiles(s.q_rows, c.warps, c.q_tile, d, d);
+}
+
+SDPA_TRAIT sdpa_mma_dims sdpa_mma_gemm_dims(sdpa_mma_config c) {
+  sdpa_mma_dims r = {0, 0};
+  for (int d = sdpa_round_up(c.head_dim, 16); d <= 256; d += 16)
+    for (int dv = sdpa_round_up(c.head_dim_v, 16); dv <= d; dv += 16)
+      if (sdpa_mma_split_valid(c, sdpa_mma_split_at(c, d, dv), d, dv)) {
+        r.d = d;
+        r.dv = dv;
+        return r;
+      }
+  return r;
+}
+
+SDPA_TRAIT sdpa_mma_split sdpa_mma_warp_split(sdpa_mma_config c) {
+  const sdpa_mma_dims g = sdpa_mma_gemm_dims(c);
+  return sdpa_mma_split_at(c, g.d, g.dv);
+}
+
+/* Byte offsets of the main kernel's shared-memory regions, in order:
+ * K [N][GD+8], V [N][GDV+8], Q [stages][M][GD+8], dO [stages][M][GDV+8],
+ * P [M][N+8], dS [M][N+8] (16-bit elements, GD, GDV the GEMM head dims
+ * above; rows padded by 16 bytes so the 8 rows of an ldmatrix fall in
+ * distinct bank groups), LSE and Delta [stages][M] (fp32). `total` is the
+ * dynamic shared memory to launch with. */
+typedef struct sdpa_mma_smem {
+  int k, v, q, dout, p, ds, lse, delta, total;
+} sdpa_mma_smem;
+
+SDPA_TRAIT sdpa_mma_smem sdpa_mma_smem_layout(sdpa_mma_config c) {
+  const sdpa_mma_dims g = sdpa_mma_gemm_dims(c);
+  const int ld_d = g.d + 8, ld_dv = g.dv + 8, ld_n = c.kv_tile + 8;
+  sdpa_mma_smem s = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  s.k = 0;
+  s.v = s.k + c.kv_tile * ld_d * 2;
+  s.q = s.v + c.kv_tile * ld_dv * 2;
+  s.dout = s.q + c.stages * c.q_tile * ld_d * 2;
+  s.p = s.dout + c.stages * c.q_tile * ld_dv * 2;
+  s.ds = s.p + c.q_tile * ld_n * 2;
+  s.lse = s.ds + c.q_tile * ld_n * 2;
+  s.delta = s.lse + c.stages * c.q_tile * 4;
+  s.total = s.delta + c.stages * c.q_tile * 4;
   return s;
 }
 

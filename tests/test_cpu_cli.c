@@ -694,25 +694,48 @@ START_TEST(test_preheat_lifecycle) {
 }
 END_TEST
 
-/* The default grid reaches both tile classes of a BSHD point: the table's
- * tiles and the small-grid ones (64-row kv tiles), both written by the
- * convert kernel; THD has one. */
+/* The default grid reaches both tile classes of an mma.sync BSHD point:
+ * the table's tiles and the small-grid ones (64-row kv tiles), both
+ * written by the convert kernel; THD has one. */
 START_TEST(test_preheat_default_tiles) {
   char line[1200];
   run_result r = run_cli(test_dir,
-                         "--cache '%s' preheat --arch 90 --dtype bf16 --head-dim 64 "
+                         "--cache '%s' preheat --arch 80 --dtype bf16 --head-dim 64 "
                          "--mask none --json -j 2",
                          cache_db);
   ck_assert_msg(r.status == 0, "preheat exited %d:\n%s", r.status, r.err);
   const char *summary = "{\"compiled\":3,\"cached\":0,\"failed\":0,";
   last_line(r.out, line, sizeof line);
   ck_assert_msg(strncmp(line, summary, strlen(summary)) == 0, "summary: %s", line);
-  ck_assert_msg(strstr(r.out, "qt=128;kvt=128;warps=8;stages=2;lse=packed;layout=bshd;"),
+  ck_assert_msg(strstr(r.out, "qt=128;kvt=128;warps=8;stages=1;lse=packed;layout=bshd;"),
                 "no key with the table's tiles: %s", r.out);
   ck_assert_msg(strstr(r.out, "qt=128;kvt=64;warps=8;stages=2;lse=packed;layout=bshd;"),
                 "no key with the small-grid tiles: %s", r.out);
   ck_assert_msg(strstr(r.out, "layout=thd;") && !strstr(r.out, "dq=main"),
                 "THD key, convert kernels only: %s", r.out);
+  run_result_free(&r);
+}
+END_TEST
+
+/* On sm_90 the default grid's keys are the ones AUTO plans there: the
+ * Hopper family's where it covers the point (one key a layout: its tiles
+ * have no small-grid class), mma.sync's elsewhere (head_dim 96). */
+START_TEST(test_preheat_sm90_families) {
+  char line[1200];
+  run_result r = run_cli(test_dir,
+                         "--cache '%s' preheat --arch 90 --dtype bf16 --head-dim 64,96 "
+                         "--mask none --json -j 2",
+                         cache_db);
+  ck_assert_msg(r.status == 0, "preheat exited %d:\n%s", r.status, r.err);
+  const char *summary = "{\"compiled\":5,\"cached\":0,\"failed\":0,";
+  last_line(r.out, line, sizeof line);
+  ck_assert_msg(strncmp(line, summary, strlen(summary)) == 0, "summary: %s", line);
+  ck_assert_msg(strstr(r.out, "family=hopper;dtype=bf16;hd=64;hdv=64;qt=128;kvt=128;warps=12;"),
+                "no Hopper key at head_dim 64: %s", r.out);
+  ck_assert_msg(strstr(r.out, "family=mma;dtype=bf16;hd=96;"),
+                "no mma.sync key at head_dim 96: %s", r.out);
+  ck_assert_msg(!strstr(r.out, "family=mma;dtype=bf16;hd=64;"),
+                "an mma.sync key at head_dim 64: %s", r.out);
   run_result_free(&r);
 }
 END_TEST
@@ -743,6 +766,7 @@ static Suite *cli_suite(void) {
   tcase_set_timeout(preheat, 900); /* NVRTC compiles one kernel */
   tcase_add_test(preheat, test_preheat_lifecycle);
   tcase_add_test(preheat, test_preheat_default_tiles);
+  tcase_add_test(preheat, test_preheat_sm90_families);
   suite_add_tcase(s, preheat);
   return s;
 }

@@ -564,6 +564,29 @@ static void check_execute_arguments(sdpa_bwd_plan *plan, int thd) {
     t.cu_seqlens_q = (const int32_t *)(uintptr_t)0x100002;
     EXPECT(sdpa_bwd_execute(plan, &t, workspace, ws, NULL),
            SDPA_STATUS_INVALID_ARGUMENT, "cu_seqlens");
+    /* No tokens on a side: that side's tensors may be NULL (empty
+     * framework tensors), the other side's may not. */
+    const int gpu = sdpa_driver_get(NULL) == SDPA_STATUS_SUCCESS;
+    const sdpa_status past_checks = gpu ? SDPA_STATUS_NOT_COMPILED : SDPA_STATUS_NO_DEVICE;
+    t = good_tensors();
+    t.total_q = 0;
+    t.q = t.o = t.dout = NULL;
+    t.lse = NULL;
+    t.dq = NULL;
+    ck_assert_int_eq(sdpa_bwd_execute(plan, &t, workspace, ws, NULL), past_checks);
+    t.k = NULL; /* total_kv is 100 */
+    EXPECT(sdpa_bwd_execute(plan, &t, workspace, ws, NULL), SDPA_STATUS_INVALID_ARGUMENT,
+           "tensors.k");
+    t.total_kv = 0;
+    t.v = t.dk = t.dv = NULL;
+    ck_assert_int_eq(sdpa_bwd_execute(plan, &t, workspace, ws, NULL), past_checks);
+    t = good_tensors();
+    t.total_kv = 0;
+    t.k = t.v = t.dk = t.dv = NULL;
+    ck_assert_int_eq(sdpa_bwd_execute(plan, &t, workspace, ws, NULL), past_checks);
+    t.dq = NULL; /* total_q is 100 */
+    EXPECT(sdpa_bwd_execute(plan, &t, workspace, ws, NULL), SDPA_STATUS_INVALID_ARGUMENT,
+           "tensors.dq");
     const int64_t totals[] = {-1, INT64_MIN, plan->desc.max_total_q + 1,
                               INT64_MAX};
     for (int i = 0; i < 4; i++) {

@@ -6,8 +6,9 @@
  * small-grid tiles.
  *
  * A class is head_dim x head_dim_v x dtype x mask x layout x LSE class x
- * determinism. All 3,360 combinations take ~40 minutes to compile on two
- * cores, so each arch x head_dim pair compiles six representatives
+ * determinism. All combinations take hours to compile on two cores
+ * (32 head dims and their head_dim_v), so each arch x head_dim pair of
+ * the lists below compiles six representatives
  * chosen to cover every field value and the heaviest code paths (bounds
  * checks + sliding window + strided LSE + deterministic hand-off; fully
  * even BSHD; bottom-right causal with uneven lengths; THD with top-left
@@ -45,11 +46,45 @@ static const variant variants[] = {
 };
 #define VARIANTS ((int)(sizeof variants / sizeof variants[0]))
 
-static const int archs[] = {80, 86, 89, 90, 120};
-#define ARCHS ((int)(sizeof archs / sizeof archs[0]))
-static const int head_dims[][2] = {{32, 32},   {64, 64},   {96, 96},  {128, 128},
-                                   {192, 192}, {192, 128}, {256, 256}};
-#define HEAD_DIMS ((int)(sizeof head_dims / sizeof head_dims[0]))
+/* The measured table's head dims, and the rule's at each kind of GEMM
+ * padding (none, to 16, to 32, at both widths) and head_dim_v below
+ * head_dim. SDPA_TEST_KERNEL_HEAD_DIMS ("hd:hdv,...") and
+ * SDPA_TEST_KERNEL_ARCHS ("80,90") replace the lists for a wider sweep. */
+static int archs[16] = {80, 86, 89, 90, 120};
+static int arch_count = 5;
+static int head_dims[64][2] = {{32, 32},  {64, 64},   {96, 96},   {128, 128}, {192, 192},
+                               {192, 128}, {256, 256}, {8, 8},     {40, 40},   {80, 80},
+                               {112, 112}, {160, 160}, {216, 216}, {136, 72}};
+static int head_dim_count = 14;
+#define ARCHS arch_count
+#define HEAD_DIMS head_dim_count
+
+/* The lists from the environment, when set. */
+static void lists_from_env(void) {
+  const char *e = getenv("SDPA_TEST_KERNEL_HEAD_DIMS");
+  if (e && *e) {
+    head_dim_count = 0;
+    for (const char *c = e; *c && head_dim_count < 64;) {
+      int hd = 0, hdv = 0, used = 0;
+      if (sscanf(c, "%d:%d%n", &hd, &hdv, &used) < 2) break;
+      head_dims[head_dim_count][0] = hd;
+      head_dims[head_dim_count++][1] = hdv;
+      c += used;
+      if (*c == ',') c++;
+    }
+  }
+  e = getenv("SDPA_TEST_KERNEL_ARCHS");
+  if (e && *e) {
+    arch_count = 0;
+    for (const char *c = e; *c && arch_count < 16;) {
+      char *end = NULL;
+      const long a = strtol(c, &end, 10);
+      if (end == c) break;
+      archs[arch_count++] = (int)a;
+      c = *end == ',' ? end + 1 : end;
+    }
+  }
+}
 
 typedef struct job {
   int arch, hd, hdv;
@@ -176,6 +211,7 @@ START_TEST(every_arch_every_class) {
   opts.arch = 90; /* every descriptor names its own arch */
   ck_assert_int_eq(sdpa_runtime_create(&runtime, &opts), SDPA_STATUS_SUCCESS);
 
+  lists_from_env();
   job_count = ARCHS * HEAD_DIMS * VARIANTS;
   jobs = calloc((size_t)job_count, sizeof *jobs);
   ck_assert_ptr_nonnull(jobs);
@@ -199,8 +235,9 @@ START_TEST(every_arch_every_class) {
              jobs[i].v->deterministic, jobs[i].problems);
     }
   fflush(stdout);
-  printf("kernel classes: %d compiled for sm_80/86/89/90/120, %d with problems\n",
-         job_count, bad);
+  printf("kernel classes: %d compiled (%d archs x %d head dims x %d variants), %d with "
+         "problems\n",
+         job_count, ARCHS, HEAD_DIMS, VARIANTS, bad);
   fflush(stdout);
   free(jobs);
   sdpa_runtime_destroy(runtime);

@@ -263,15 +263,22 @@ END_TEST
 
 START_TEST(head_dim_unsupported) {
   sdpa_bwd_desc d = good();
-  d.head_dim = 80;
+  d.head_dim = 100;
   REJECT(d, INVALID_ARGUMENT,
-         "desc.head_dim = 80 is not supported: supported are 32, 64, 96, "
-         "128, 192, 256");
+         "desc.head_dim = 100 is not supported: supported are multiples of 8 from 8 "
+         "to 256");
   d.head_dim = 0;
   REJECT(d, INVALID_ARGUMENT, "desc.head_dim = 0 is not supported");
+  d.head_dim = 264;
+  REJECT(d, INVALID_ARGUMENT, "desc.head_dim = 264 is not supported");
   d = good();
-  d.head_dim_v = 48;
-  REJECT(d, INVALID_ARGUMENT, "desc.head_dim_v = 48 is not supported");
+  d.head_dim_v = 44;
+  REJECT(d, INVALID_ARGUMENT, "desc.head_dim_v = 44 is not supported");
+  /* any multiple of 8 up to 256 is planned */
+  d = good();
+  d.head_dim = 80;
+  d.head_dim_v = 40;
+  sdpa_bwd_plan_destroy(make(&d));
 }
 END_TEST
 
@@ -422,8 +429,8 @@ START_TEST(arch_missing_without_gpu) {
   sdpa_bwd_desc d = good();
   REJECT(d, NO_DEVICE,
          "no GPU found: set desc.arch or the runtime option arch");
-  d.head_dim = 80; /* a bad field is still reported first */
-  REJECT(d, INVALID_ARGUMENT, "desc.head_dim = 80");
+  d.head_dim = 100; /* a bad field is still reported first */
+  REJECT(d, INVALID_ARGUMENT, "desc.head_dim = 100");
   rt = old;
   sdpa_runtime_destroy(bare);
 }
@@ -734,11 +741,15 @@ START_TEST(launch_graphs_setting) {
 }
 END_TEST
 
-/* The kernel configuration of `d` (with options `o`, may be NULL) as
- * "qt,kvt,warps,stages". */
+/* The mma.sync family's kernel configuration of `d` (with options `o`,
+ * may be NULL; their family AUTO taken as mma.sync, which these tests
+ * are about) as "qt,kvt,warps,stages". */
 static const char *tiles_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o,
                               char *buf, size_t size) {
-  sdpa_bwd_plan *plan = make_with(d, o);
+  sdpa_bwd_plan_options mma = SDPA_BWD_PLAN_OPTIONS_INIT;
+  if (o) mma = *o;
+  if (mma.family == SDPA_FAMILY_AUTO) mma.family = SDPA_FAMILY_MMA;
+  sdpa_bwd_plan *plan = make_with(d, &mma);
   const sdpa_key_fields *c = &plan->fields;
   snprintf(buf, size, "%d,%d,%d,%d", c->q_tile, c->kv_tile, c->warps, c->stages);
   sdpa_bwd_plan_destroy(plan);
@@ -764,6 +775,12 @@ START_TEST(small_grid_tiles) {
   d.heads_q = d.heads_kv = 16;
   d.seqlen_q = d.seqlen_kv = 512; /* 16 x 4 = 64 blocks */
   ck_assert_str_eq(tiles_of(&d, t, sizeof t), "128,64,8,2");
+  { /* AUTO on sm_90 takes the Hopper family here, whose tiles are its own */
+    sdpa_bwd_plan *plan = make(&d);
+    ck_assert_int_eq(plan->fields.family, SDPA_FAMILY_HOPPER);
+    ck_assert_int_eq(plan->fields.warps, 12);
+    sdpa_bwd_plan_destroy(plan);
+  }
   d.seqlen_kv = 513; /* 16 x 5 = 80 blocks */
   ck_assert_str_eq(tiles_of(&d, t, sizeof t), "64,128,8,2");
   d.mask = SDPA_MASK_CAUSAL_TOP_LEFT; /* causal: up to 128 blocks */
