@@ -448,6 +448,18 @@ static const case_spec matrix_specs[] = {
     BSHD_CASE("hd192", 1, 2, 2, 100, 100, 192, 0, NONE, 0, 0, 0, PACKED, LP, 0),
     BSHD_CASE("hd256", 1, 2, 2, 100, 100, 256, 0, NONE, 0, 0, 0, PACKED, LP, 0),
     BSHD_CASE("hd192_hdv128", 1, 2, 2, 100, 100, 192, 128, NONE, 0, 0, 0, PACKED, LP, 0),
+    /* head dims of the rule: GEMM head dims padded to 16, to 32, at both */
+    BSHD_CASE("hd8", 2, 4, 4, 100, 100, 8, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("hd40_causal", 2, 4, 2, 130, 130, 40, 0, TL, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("hd72_window", 1, 4, 4, 150, 150, 72, 0, WIN, 40, 8, 0, PADDED, LTOK, 0),
+    BSHD_CASE("hd80", 2, 2, 2, 100, 100, 80, 0, NONE, 0, 0, 0, HEADS, LP, 0),
+    BSHD_CASE("hd112_causal_br", 1, 2, 2, 90, 170, 112, 0, BR, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("hd160", 1, 2, 2, 100, 100, 160, 0, NONE, 0, 0, 0, PACKED, LPAD, 0),
+    BSHD_CASE("hd216_causal", 1, 2, 1, 100, 100, 216, 0, TL, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("hd136_hdv72", 1, 2, 2, 100, 100, 136, 72, NONE, 0, 0, 0, PADDED, LP, 0),
+    BSHD_CASE("hd80_hdv40_det", 1, 4, 2, 100, 100, 80, 40, TL, 0, 0, 0, PACKED, LP, 1),
+    BSHD_CASE("even_hd80", 1, 2, 2, 256, 256, 80, 0, NONE, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("even_hd248_causal", 1, 1, 1, 128, 128, 248, 0, TL, 0, 0, 0, PACKED, LP, 0),
     /* tile-multiple lengths (the even-tile kernels) */
     BSHD_CASE("even_hd32", 1, 2, 2, 256, 256, 32, 0, NONE, 0, 0, 0, PACKED, LP, 0),
     BSHD_CASE("even_hd64", 1, 2, 2, 256, 256, 64, 0, NONE, 0, 0, 0, PACKED, LP, 0),
@@ -536,6 +548,10 @@ static const case_spec matrix_specs[] = {
              LENS(16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)),
     THD_EXACT("thd_det", 7, 8, 2, 64, 0, TL, 0, 0, 0, PACKED, LPAD, 1, LENS_Q_MIXED,
              LENS_KV_MIXED),
+    THD_CASE("thd_hd88", 7, 4, 2, 88, 0, BR, 0, 0, 0, PACKED, LPAD, 0, LENS_Q_MIXED,
+             LENS_KV_MIXED),
+    THD_CASE("thd_hd176_hdv96", 3, 2, 2, 176, 96, WIN, 30, 10, 0, PADDED, LTOK, 0,
+             LENS(40, 90, 0), LENS(100, 30, 10)),
 };
 #define MATRIX_COUNT ((int)(sizeof matrix_specs / sizeof matrix_specs[0]))
 
@@ -670,8 +686,10 @@ static int random_length(sdpa_ref_rng *rng) {
 
 /* One random descriptor within the reference's budget. */
 static void random_spec(sdpa_ref_rng *rng, case_spec *s, sdpa_dtype *dtype) {
-  static const int dims[][2] = {{32, 0}, {64, 0}, {96, 0}, {128, 0}, {192, 0}, {256, 0},
-                                {192, 128}, {64, 0}, {128, 0}};
+  static const int dims[][2] = {{32, 0}, {64, 0},  {96, 0},    {128, 0},  {192, 0},
+                                {256, 0}, {192, 128}, {64, 0}, {128, 0},  {8, 0},
+                                {40, 0},  {80, 0},  {112, 0},   {160, 0},  {216, 0},
+                                {136, 72}, {72, 0}, {200, 120}, {48, 24}, {24, 0}};
   static const int groups[][2] = {{1, 1}, {2, 2}, {4, 4}, {2, 1}, {4, 1},
                                   {8, 2}, {8, 1}, {6, 2}, {6, 3}, {3, 1}};
   memset(s, 0, sizeof *s);
@@ -919,6 +937,86 @@ static sdpa_bwd_plan *planned_and_compiled(const sdpa_bwd_desc *desc) {
   ck_assert_msg(st == SDPA_STATUS_SUCCESS, "compile: %s", sdpa_last_error());
   return plan;
 }
+
+/* A THD batch of no tokens comes with NULL data pointers (empty
+ * framework tensors): execute succeeds and does nothing. Keys with no
+ * queries at all (total_q 0, the query-side tensors NULL) get dK = dV = 0
+ * in their poisoned buffers. Both families of the arch (hd 64, hd 80). */
+START_TEST(thd_no_tokens_takes_null_tensors) {
+  static const int dims[] = {64, 80};
+  for (int di = 0; di < 2; di++) {
+    const int hd = dims[di], heads = 2, batch = 3;
+    sdpa_bwd_desc desc = SDPA_BWD_DESC_INIT;
+    desc.dtype = SDPA_DTYPE_BF16;
+    desc.layout = SDPA_LAYOUT_THD;
+    desc.batch = batch;
+    desc.heads_q = desc.heads_kv = heads;
+    desc.seqlen_q = desc.seqlen_kv = 64;
+    desc.head_dim = hd;
+    desc.max_total_q = desc.max_total_kv = 256;
+    sdpa_bwd_plan *plan = planned_and_compiled(&desc);
+    const size_t ws_bytes = sdpa_bwd_workspace_size(plan);
+    CUdeviceptr ws = 0, cu_q = 0, cu_kv = 0, k = 0, v = 0, dk = 0, dv = 0;
+    const int zeros[4] = {0, 0, 0, 0}, kv_offsets[4] = {0, 5, 5, 12};
+    const int64_t total_kv = 12;
+    const size_t kv_bytes = (size_t)total_kv * heads * hd * 2;
+    ck_assert_int_eq(sdpa_gpu_alloc(&gpu, ws_bytes, &ws), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_gpu_alloc(&gpu, sizeof zeros, &cu_q), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_gpu_alloc(&gpu, sizeof kv_offsets, &cu_kv), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_gpu_upload(&gpu, cu_q, zeros, sizeof zeros), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_gpu_upload(&gpu, cu_kv, zeros, sizeof zeros), SDPA_STATUS_SUCCESS);
+
+    sdpa_bwd_tensors t = SDPA_BWD_TENSORS_INIT; /* every tensor NULL */
+    t.cu_seqlens_q = (const int32_t *)(uintptr_t)cu_q;
+    t.cu_seqlens_kv = (const int32_t *)(uintptr_t)cu_kv;
+    sdpa_status st = sdpa_bwd_execute(plan, &t, (void *)(uintptr_t)ws, ws_bytes, gpu.stream);
+    ck_assert_msg(st == SDPA_STATUS_SUCCESS, "hd %d, no tokens: %s", hd, sdpa_last_error());
+    ck_assert_int_eq(sdpa_bwd_sync_check(plan, gpu.stream), SDPA_STATUS_SUCCESS);
+
+    /* keys, no queries */
+    unsigned short *host = malloc(kv_bytes);
+    ck_assert_ptr_nonnull(host);
+    for (size_t i = 0; i < kv_bytes / 2; i++) host[i] = 0x3f80; /* bf16 1.0 */
+    ck_assert_int_eq(sdpa_gpu_alloc(&gpu, kv_bytes, &k), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_gpu_alloc(&gpu, kv_bytes, &v), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_gpu_alloc(&gpu, kv_bytes, &dk), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_gpu_alloc(&gpu, kv_bytes, &dv), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_gpu_upload(&gpu, k, host, kv_bytes), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_gpu_upload(&gpu, v, host, kv_bytes), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_gpu_poison(&gpu, dk, kv_bytes), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_gpu_poison(&gpu, dv, kv_bytes), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(sdpa_gpu_upload(&gpu, cu_kv, kv_offsets, sizeof kv_offsets),
+                     SDPA_STATUS_SUCCESS);
+    t.k = (const void *)(uintptr_t)k;
+    t.v = (const void *)(uintptr_t)v;
+    t.dk = (void *)(uintptr_t)dk;
+    t.dv = (void *)(uintptr_t)dv;
+    t.total_kv = total_kv;
+    st = sdpa_bwd_execute(plan, &t, (void *)(uintptr_t)ws, ws_bytes, gpu.stream);
+    ck_assert_msg(st == SDPA_STATUS_SUCCESS, "hd %d, keys only: %s", hd, sdpa_last_error());
+    ck_assert_int_eq(sdpa_bwd_sync_check(plan, gpu.stream), SDPA_STATUS_SUCCESS);
+    for (int which = 0; which < 2; which++) {
+      ck_assert_int_eq(sdpa_gpu_download(&gpu, host, which ? dv : dk, kv_bytes),
+                       SDPA_STATUS_SUCCESS);
+      size_t nonzero = 0;
+      for (size_t i = 0; i < kv_bytes / 2; i++) nonzero += (host[i] & 0x7fff) != 0;
+      ck_assert_msg(nonzero == 0, "hd %d, keys only: %zu elements of %s are not 0", hd,
+                    nonzero, which ? "dV" : "dK");
+    }
+    printf("thd no tokens, hd %d (%s): NULL tensors accepted, dK = dV = 0 without queries\n",
+           hd, plan->fields.family == SDPA_FAMILY_HOPPER ? "hopper" : "mma");
+    free(host);
+    sdpa_gpu_free(&gpu, ws);
+    sdpa_gpu_free(&gpu, cu_q);
+    sdpa_gpu_free(&gpu, cu_kv);
+    sdpa_gpu_free(&gpu, k);
+    sdpa_gpu_free(&gpu, v);
+    sdpa_gpu_free(&gpu, dk);
+    sdpa_gpu_free(&gpu, dv);
+    sdpa_bwd_plan_destroy(plan);
+  }
+}
+END_TEST
 
 /* One plan (max_s 256, room for 1024 tokens, 4 sequences) runs many
  * different cu_seqlens and totals. */
@@ -1298,6 +1396,7 @@ static Suite *gpu_suite(void) {
   tcase_add_test(api, thd_overlong_sequence_is_reported);
   tcase_add_test(api, thd_one_key_many_totals);
   tcase_add_test(api, thd_one_plan_many_offsets);
+  tcase_add_test(api, thd_no_tokens_takes_null_tensors);
   tcase_add_test(api, launch_paths);
   tcase_add_test(api, execute_from_threads);
   suite_add_tcase(s, api);
