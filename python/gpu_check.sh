@@ -7,9 +7,10 @@
 # torchrun with 2 ranks on one shared, initially empty cache, then the
 # pytest suite with the GPU tests. Logs go to $OUT (default ./gpu-out);
 # a summary is printed last.
-#   python/gpu_check.sh [preheat] [tests] [bench] [train] [ddp]   (default: all, in this order)
-# Each step has a time cap (seconds, overridable: PREHEAT_S, TESTS_S,
+#   python/gpu_check.sh [preheat] [tests] [accuracy] [bench] [train] [ddp]   (default: all, in this order)
+# Each step has a time cap (seconds, overridable: PREHEAT_S, TESTS_S, ACCURACY_S,
 # BENCH_S, TRAIN_S, DDP_S; TRAIN_ATTENTION: train_gpt's --attention) so that a slow one leaves time to the others.
+# accuracy: test_gpu_accuracy.py alone, its reports in $OUT/accuracy.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -27,7 +28,7 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export SDPA_JIT_CACHE=/tmp/sdpa-jit-gpu-check/kernels.sqlite
 rm -rf /tmp/sdpa-jit-gpu-check && mkdir -p /tmp/sdpa-jit-gpu-check && chmod 700 /tmp/sdpa-jit-gpu-check
 [ -e "$BUILD/preheat.sqlite" ] && cp "$BUILD/preheat.sqlite" "$SDPA_JIT_CACHE"
-steps=${*:-preheat tests bench train ddp}
+steps=${*:-preheat tests accuracy bench train ddp}
 summary=()
 note() { summary+=("$*"); echo "$*" >> "$LOG"; }
 
@@ -80,6 +81,12 @@ for step in $steps; do
         -rs -q --timeout 60 --junitxml="$OUT/pytest.xml" python/tests 2>&1 | tee -a "$LOG" | tail -40
       note "tests: rc=${PIPESTATUS[0]}: $(grep -hE '^[0-9]+ (passed|failed)|^=+ .*(passed|failed)' "$LOG" | tail -1)"
       "$BUILD/sdpa-jit" --cache "$SDPA_JIT_CACHE" stats 2>&1 | tee -a "$LOG" | head -3 ;;
+    accuracy)
+      mkdir -p "$OUT/accuracy"
+      SDPA_JIT_ACCURACY_OUT=$OUT/accuracy timeout ${ACCURACY_S:-240} python3 -m pytest -p no:cacheprovider \
+        -rs -q -s python/tests/test_gpu_accuracy.py 2>&1 | tee -a "$LOG" | tail -60
+      note "accuracy: rc=${PIPESTATUS[0]}: reports in $OUT/accuracy"
+      while read -r line; do note "  $line"; done < <(grep -h -m1 -A10 '^accuracy: [0-9]' "$LOG") ;;
     *) echo "unknown step $step" ;;
   esac
 done
