@@ -342,7 +342,7 @@ typedef enum sdpa_switch {
   SDPA_SWITCH_OFF = 2
 } sdpa_switch;
 
-#define SDPA_BWD_PLAN_OPTIONS_VERSION 1
+#define SDPA_BWD_PLAN_OPTIONS_VERSION 2 /* version 1 (without any_head_dim) is accepted */
 
 /* Choices of a plan beyond the descriptor: tuning and testing. Initialize
  * with SDPA_BWD_PLAN_OPTIONS_INIT; zero means "the runtime's default",
@@ -370,11 +370,19 @@ typedef struct sdpa_bwd_plan_options {
   /* SDPA_JIT_CONFIG_ARCH (testing): pick tiles as for this arch's shared
    * memory (at most the target's) while compiling for the target. */
   int config_arch;
+  /* Version 2. SDPA_JIT_ANY_HEAD_DIM (0, 1): ON plans every head dim the
+   * kernels are built for (head_dim a multiple of 8 from 8 to 256,
+   * head_dim_v a multiple of 8 up to head_dim); OFF (this version's
+   * default) only the measured ones, 32, 64, 96, 128, 192 and 256 (either
+   * head dim): the others are not yet validated on a GPU, and a plan for
+   * one fails with NOT_SUPPORTED saying so. */
+  sdpa_switch any_head_dim;
 } sdpa_bwd_plan_options;
 
 #define SDPA_BWD_PLAN_OPTIONS_INIT                                            \
   {SDPA_BWD_PLAN_OPTIONS_VERSION, SDPA_FAMILY_AUTO, 0, 0, 0, 0,               \
-   SDPA_DQ_DEFAULT, SDPA_SWITCH_DEFAULT, SDPA_SWITCH_DEFAULT, 0, 0}
+   SDPA_DQ_DEFAULT, SDPA_SWITCH_DEFAULT, SDPA_SWITCH_DEFAULT, 0, 0,          \
+   SDPA_SWITCH_DEFAULT}
 
 /* Validates `desc`, picks the family and tiles for its arch and builds the
  * specialization key and workspace size. Needs no GPU (give an arch). On a

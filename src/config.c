@@ -12,7 +12,8 @@
  * the rule's candidates for the head dims it lists.
  *
  * The rule, on the GEMM head dims GD, GDV (D, DV rounded up to 16):
- * query tile 128 up to GD 64, 64 up to GD 224, 32 beyond; kv tile 128
+ * query tile 128 up to GD 64, 64 up to GD 224 (192 for kernels tight on
+ * registers), 32 beyond; kv tile 128
  * while dK and dV fit 128 registers a thread at 8 warps (GD + GDV <= 256),
  * else 64; then one stage instead of two, then half the kv tile, then
  * 32 x 32 tiles over 4 warps. The
@@ -35,6 +36,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "plan.h"
 #include "status.h"
@@ -58,6 +60,11 @@ static sdpa_mma_config mma_config(const sdpa_key_fields *f, int q_tile, int kv_t
 
 sdpa_mma_config sdpa_config_mma(const sdpa_key_fields *f) {
   return mma_config(f, f->q_tile, f->kv_tile, f->warps, f->stages);
+}
+
+int sdpa_dq_accum_dim(const sdpa_key_fields *f) {
+  return f->family == SDPA_FAMILY_HOPPER ? f->head_dim
+                                         : sdpa_mma_gemm_dims(sdpa_config_mma(f)).d;
 }
 
 typedef struct {
@@ -87,15 +94,19 @@ static const config_row table[] = {
 #define HEAD_DIM_STEP 8
 
 /* The candidates for head_dim `d` with head_dim_v `dv` into `out` (q_tile
- * 0 ends the list): the table's row for d, else the rule's. */
-static void candidates_for(int d, int dv, tile_choice out[MAX_CANDIDATES]) {
+ * 0 ends the list): the table's row for d, else the rule's. `tight`: a
+ * kernel that spends registers on a hand-off or a run-time band
+ * (deterministic, sliding window, main writes dQ), which takes the 32-row
+ * query tile already above GEMM head dim 192 (64 spilled 4-8 bytes at
+ * head dims 200-224). */
+static void candidates_for(int d, int dv, int tight, tile_choice out[MAX_CANDIDATES]) {
   for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)
     if (table[i].head_dim == d) {
       for (int k = 0; k < MAX_CANDIDATES; ++k) out[k] = table[i].candidates[k];
       return;
     }
   const int gd = sdpa_round_up(d, 16), gdv = sdpa_round_up(dv, 16);
-  const int q = gd <= 64 ? 128 : gd <= 224 ? 64 : 32;
+  const int q = gd <= 64 ? 128 : gd <= (tight ? 192 : 224) ? 64 : 32;
   const int kv = gd + gdv <= 256 ? 128 : 64;
   out[0] = (tile_choice){q, kv, 8, 2};
   out[1] = (tile_choice){q, kv, 8, 1};
@@ -189,7 +200,9 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_plan_optio
     return SDPA_STATUS_SUCCESS;
   }
   tile_choice candidates[MAX_CANDIDATES];
-  candidates_for(d->head_dim, d->head_dim_v, candidates);
+  candidates_for(d->head_dim, d->head_dim_v,
+                 d->deterministic || d->mask == SDPA_MASK_SLIDING_WINDOW || f->fold_dq,
+                 candidates);
   int smallest = 0;
   for (int k = 0; k < MAX_CANDIDATES && candidates[k].q_tile; ++k) {
     const tile_choice *t = &candidates[k];
@@ -224,15 +237,21 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_plan_optio
 size_t sdpa_config_candidates(int head_dim, int head_dim_v, sdpa_mma_config *out,
                               size_t capacity) {
   size_t n = 0;
-  tile_choice candidates[MAX_CANDIDATES];
-  candidates_for(head_dim, head_dim_v, candidates);
-  for (int k = 0; k < MAX_CANDIDATES && candidates[k].q_tile; ++k) {
-    const tile_choice *t = &candidates[k];
-    if (n < capacity)
-      out[n] = (sdpa_mma_config){head_dim, head_dim_v, t->q_tile, t->kv_tile,
-                                 t->warps, t->stages, 0, 0, 0};
-    n++;
-  }
+  tile_choice lists[2][MAX_CANDIDATES];
+  candidates_for(head_dim, head_dim_v, 0, lists[0]);
+  candidates_for(head_dim, head_dim_v, 1, lists[1]);
+  for (int tight = 0; tight < 2; ++tight)
+    for (int k = 0; k < MAX_CANDIDATES && lists[tight][k].q_tile; ++k) {
+      const tile_choice *t = &lists[tight][k];
+      int seen = 0;
+      for (int j = 0; tight && j < MAX_CANDIDATES && lists[0][j].q_tile; ++j)
+        seen |= memcmp(&lists[0][j], t, sizeof *t) == 0;
+      if (seen) continue;
+      if (n < capacity)
+        out[n] = (sdpa_mma_config){head_dim, head_dim_v, t->q_tile, t->kv_tile,
+                                   t->warps, t->stages, 0, 0, 0};
+      n++;
+    }
   for (const tile_choice *s = small_grid_candidates; s->q_tile; ++s) {
     if (n < capacity)
       out[n] = (sdpa_mma_config){head_dim, head_dim_v, s->q_tile, s->kv_tile,
@@ -240,6 +259,12 @@ size_t sdpa_config_candidates(int head_dim, int head_dim_v, sdpa_mma_config *out
     n++;
   }
   return n;
+}
+
+int sdpa_config_head_dim_measured(int head_dim) {
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)
+    if (table[i].head_dim == head_dim) return 1;
+  return 0;
 }
 
 int sdpa_config_supports_head_dim(int head_dim) {

@@ -9,6 +9,7 @@
  */
 #include "options.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,16 @@ void sdpa_options_read_defaults(sdpa_option_defaults *out) {
                 out->errors[SDPA_OPTION_GRAPHS], size);
     v->graphs = (sdpa_switch)w;
   }
+  {
+    static const char *const values[2] = {"0", "1"};
+    static const char *const meanings[2] = {
+        "the measured head dims: 32, 64, 96, 128, 192, 256",
+        "every multiple of 8 up to 256, not yet validated on a GPU"};
+    int w = 0;
+    read_choice("SDPA_JIT_ANY_HEAD_DIM", values, meanings, SDPA_SWITCH_OFF, SDPA_SWITCH_ON, &w,
+                out->errors[SDPA_OPTION_ANY_HEAD_DIM], size);
+    v->any_head_dim = (sdpa_switch)w;
+  }
   if ((env = getenv("SDPA_JIT_ORDER_GROUP")) && *env &&
       parse_int(env, 1, 0x7fffffff, &v->order_group) != 0)
     snprintf(out->errors[SDPA_OPTION_ORDER_GROUP], size,
@@ -139,7 +150,13 @@ sdpa_status sdpa_options_resolve(const sdpa_option_defaults *defaults,
                                  sdpa_bwd_plan_options *out) {
   static const sdpa_bwd_plan_options none = SDPA_BWD_PLAN_OPTIONS_INIT;
   const sdpa_bwd_plan_options *def = &defaults->values;
+  sdpa_bwd_plan_options upgraded = none; /* a version 1 struct, read up to its end */
   if (!given) given = &none;
+  if (given->version == 1) {
+    memcpy(&upgraded, given, offsetof(sdpa_bwd_plan_options, any_head_dim));
+    upgraded.version = SDPA_BWD_PLAN_OPTIONS_VERSION;
+    given = &upgraded;
+  }
   if (given->version != SDPA_BWD_PLAN_OPTIONS_VERSION)
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "options.version = %u is unknown: initialize the plan "
@@ -195,7 +212,9 @@ sdpa_status sdpa_options_resolve(const sdpa_option_defaults *defaults,
   } switches[] = {
       {"small_grid", given->small_grid, def->small_grid, SDPA_OPTION_SMALL_GRID,
        &out->small_grid},
-      {"graphs", given->graphs, def->graphs, SDPA_OPTION_GRAPHS, &out->graphs}};
+      {"graphs", given->graphs, def->graphs, SDPA_OPTION_GRAPHS, &out->graphs},
+      {"any_head_dim", given->any_head_dim, def->any_head_dim, SDPA_OPTION_ANY_HEAD_DIM,
+       &out->any_head_dim}};
   for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++) {
     if (switches[i].given == SDPA_SWITCH_DEFAULT) {
       if (defaults->errors[switches[i].field][0])

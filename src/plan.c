@@ -545,7 +545,7 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   size_t total = 0;
   int64_t q_tiles = (d->seqlen_q + (int64_t)c->q_tile - 1) / c->q_tile;
   const int64_t dq_accum[] = {sdpa_dq_blocks(d, plan->rows_q), 16, d->heads_q,
-                               d->head_dim, 4};
+                               sdpa_dq_accum_dim(c), 4};
   const int64_t delta[] = {plan->rows_q, d->heads_q, 4};
   const int64_t semaphores[] = {d->heads_q, d->batch, q_tiles, 4};
   const int64_t none[] = {0};
@@ -662,6 +662,17 @@ static sdpa_status plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
 
   const sdpa_bwd_desc *d = &plan->desc;
   sdpa_key_fields *f = &plan->fields;
+  if (plan->options.any_head_dim != SDPA_SWITCH_ON &&
+      (!sdpa_config_head_dim_measured(d->head_dim) ||
+       !sdpa_config_head_dim_measured(d->head_dim_v))) {
+    status = sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
+                            "desc.head_dim = %d, head_dim_v = %d: the kernels for head dims "
+                            "other than 32, 64, 96, 128, 192 and 256 are built but not yet "
+                            "validated on a GPU in this version; to use them set "
+                            "options.any_head_dim = SDPA_SWITCH_ON (or SDPA_JIT_ANY_HEAD_DIM=1)",
+                            d->head_dim, d->head_dim_v);
+    goto done;
+  }
   descriptor_fields(plan);
   if ((status = choose_family(plan))) goto done;
   if (f->family == SDPA_FAMILY_HOPPER)

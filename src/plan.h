@@ -84,10 +84,19 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *resolved,
  * shape) takes `head_dim` (of Q and K, or of V), and the supported head
  * dims in words in buf (returned): the one home of that rule. */
 int sdpa_config_supports_head_dim(int head_dim);
+
+/* Whether `head_dim` is one of the measured table's (and validated on a
+ * GPU): the others need options.any_head_dim ON in this version. */
+int sdpa_config_head_dim_measured(int head_dim);
 const char *sdpa_config_head_dim_list(char *buf, size_t size);
 
 /* The traits configuration of the mma.sync kernel a key describes. */
 sdpa_mma_config sdpa_config_mma(const sdpa_key_fields *fields);
+
+/* Columns of one row of the fp32 dQ accumulator the kernels of `fields`
+ * use (SDPA_DQ_ACCUM_DIM, templates/sdpa_aux.cuh): the mma.sync family's
+ * GEMM head dim, head_dim for the Hopper family. */
+int sdpa_dq_accum_dim(const sdpa_key_fields *fields);
 
 /* The candidates the rule and the table can pick for `head_dim`,
  * `head_dim_v` (small-grid ones too, whether or not their warps tile the

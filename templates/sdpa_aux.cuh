@@ -15,7 +15,11 @@
  *   convert: grid q_blocks * batch * heads_q, block 256, no smem.
  *
  * Reads the key defines SDPA_DTYPE, SDPA_HEAD_DIM, SDPA_HEAD_DIM_V,
- * SDPA_LAYOUT, SDPA_MASK, SDPA_DETERMINISTIC and SDPA_FOLD_DQ.
+ * SDPA_LAYOUT, SDPA_MASK, SDPA_DETERMINISTIC and SDPA_FOLD_DQ, and
+ * SDPA_DQ_ACCUM_DIM when the family's dQ accumulator rows are wider than
+ * head_dim (the mma.sync family's GEMM head dim: it reduces the padding
+ * columns too, zeros, rather than test each piece; the host's
+ * sdpa_dq_accum_dim() is the same value).
  */
 #ifndef SDPA_AUX_CUH
 #define SDPA_AUX_CUH
@@ -28,6 +32,10 @@
 #define D SDPA_HEAD_DIM
 #define DV SDPA_HEAD_DIM_V
 #define DT SDPA_DTYPE
+#ifndef SDPA_DQ_ACCUM_DIM
+#define SDPA_DQ_ACCUM_DIM SDPA_HEAD_DIM
+#endif
+#define DQA SDPA_DQ_ACCUM_DIM /* columns of a dQ accumulator row, >= D */
 
 /* ------------------------------------------------------------ preprocess */
 
@@ -44,7 +52,7 @@ sdpa_bwd_preprocess(const sdpa_kernel_params p) {
   const sdpa_i64 threads = (sdpa_i64)gridDim.x * blockDim.x;
   {
     float4 *acc = (float4 *)p.dq_accum;
-    const sdpa_i64 n = p.dq_blocks * p.heads_q * (D * 4); /* 16 x D floats a block */
+    const sdpa_i64 n = p.dq_blocks * p.heads_q * (DQA * 4); /* 16 x DQA floats a block */
     for (sdpa_i64 i = gid; i < n; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (SDPA_FOLD_DQ || SDPA_DETERMINISTIC) {
       const sdpa_i64 tiles = (sdpa_i64)p.heads_q * p.batch * p.q_tiles;
@@ -130,7 +138,7 @@ sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
   const int r0 = blk * 16;
   if (r0 >= sq) return;
   const float *src =
-      p.dq_accum + ((dq_block_base(p, b, q0) + blk) * p.heads_q + h) * (sdpa_i64)(D * 16);
+      p.dq_accum + ((dq_block_base(p, b, q0) + blk) * p.heads_q + h) * (sdpa_i64)(DQA * 16);
 #if SDPA_LAYOUT == 1
   u16 *dq = (u16 *)p.dq + (sdpa_i64)b * p.dq_batch + (sdpa_i64)h * p.dq_head;
 #else

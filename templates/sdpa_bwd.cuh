@@ -54,8 +54,15 @@
 #include "sdpa_params.h"
 #include "sdpa_mma.cuh"
 #include "sdpa_seq.cuh"
-#include "sdpa_aux.cuh" /* preprocess, convert; defines D, DV, DT */
 #include "sdpa_traits.h"
+/* dQ accumulator rows as wide as the GEMM head dim (sdpa_aux.cuh) */
+#define SDPA_DQ_ACCUM_DIM                                                          \
+  (sdpa_mma_gemm_dims(sdpa_mma_config{SDPA_HEAD_DIM, SDPA_HEAD_DIM_V, SDPA_Q_TILE,  \
+                                      SDPA_KV_TILE, SDPA_WARPS, SDPA_STAGES,       \
+                                      SDPA_DETERMINISTIC, SDPA_MASK == 3,          \
+                                      SDPA_FOLD_DQ})                               \
+       .d)
+#include "sdpa_aux.cuh" /* preprocess, convert; defines D, DV, DT, DQA */
 
 #define M SDPA_Q_TILE
 #define N SDPA_KV_TILE
@@ -108,7 +115,7 @@ static_assert(KV_TN % 16 == 0 && KV_TD % 16 == 0 && KV_TDV % 16 == 0,
               "dK/dV warp tile");
 static_assert(Q_TM % 16 == 0 && Q_TD % 16 == 0, "dQ warp tile");
 static_assert(D % 8 == 0 && DV % 8 == 0 && DV <= D && GD >= D && GDV >= DV &&
-                  GD % 16 == 0 && GDV % 16 == 0,
+                  GD % 16 == 0 && GDV % 16 == 0 && DQA == GD,
               "head dims: multiples of 8, GEMM head dims multiples of 16 that hold them");
 
 /* Shared memory carve (bytes; sdpa_traits.h), and what the kernel puts in
@@ -248,8 +255,8 @@ SDPA_DEVICE void convert_tile(const sdpa_kernel_params &p, const CtaWork &w, int
    * runs after the main loop, when registers are free). */
   constexpr int CHUNK = PER % 8 == 0 ? 8 : PER % 4 == 0 ? 4 : PER % 2 == 0 ? 2 : 1;
   const int i0 = it * M;
-  const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
-  const float *src = p.dq_accum + (w.blk0 + i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
+  const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (DQA * 16);
+  const float *src = p.dq_accum + (w.blk0 + i0 / 16) * blk_elems + (sdpa_i64)h * (DQA * 16);
   u16 *dq = w.dq + (sdpa_i64)h * p.dq_head;
 #pragma unroll 1
   for (int c0 = 0; c0 < PER; c0 += CHUNK) {
@@ -610,9 +617,9 @@ SDPA_DEVICE void reduce_dq(const sdpa_kernel_params &p, const Band &band, int b,
   if (band.left >= 0) kv_first = max(0, i0 + band.off - band.left) / N;
   int *sem = p.semaphores + ((sdpa_i64)h * p.batch + b) * p.q_tiles + it;
 #endif
-  const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
+  const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (DQA * 16);
   float *dqa = p.dq_accum + (blk0 + (i0 + q_m) / 16) * blk_elems +
-               (sdpa_i64)h * (D * 16) + q_d * 16;
+               (sdpa_i64)h * (DQA * 16) + q_d * 16;
   float acc_dq[Q_TM / 16][Q_TD / 8][4];
   zero_acc(acc_dq);
   warp_gemm<DT, Q_TM, Q_TD, N, false, true>(acc_dq, sdS + q_m * LD_N, LD_N,
@@ -633,8 +640,7 @@ SDPA_DEVICE void reduce_dq(const sdpa_kernel_params &p, const Band &band, int b,
     if (WHOLE || i0 + q_m + mi * 16 < sq) {
 #pragma unroll
       for (int nj = 0; nj < Q_TD / 8; ++nj)
-        if (GD == D || q_d + nj * 8 < D) /* dq_accum holds the real D columns */
-          red_frag(dqa + mi * blk_elems + nj * 128, lane, acc_dq[mi][nj]);
+        red_frag(dqa + mi * blk_elems + nj * 128, lane, acc_dq[mi][nj]);
     }
 #if SDPA_DETERMINISTIC
   __threadfence();

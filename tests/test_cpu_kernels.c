@@ -140,6 +140,7 @@ static void plan_job(job *j) {
   sdpa_bwd_desc d = make_desc(j);
   sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
   o.dq_writer = j->v->dq_main ? SDPA_DQ_MAIN : SDPA_DQ_CONVERT;
+  o.any_head_dim = SDPA_SWITCH_ON;
   if (sdpa_bwd_plan_create_with(&j->plan, runtime, &d, &o) != SDPA_STATUS_SUCCESS) {
     snprintf(j->problems, sizeof j->problems, "plan: %s", sdpa_last_error());
     j->plan = NULL;

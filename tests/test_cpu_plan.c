@@ -49,11 +49,11 @@ static sdpa_bwd_desc good(void) {
 
 /* Creates a plan from `d` expecting `status` and every substring of the
  * NULL-terminated list `subs` in sdpa_last_error(). */
-static void expect(const sdpa_bwd_desc *d, sdpa_status status,
-                   const char *const *subs) {
+static void expect_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o,
+                        sdpa_status status, const char *const *subs) {
   /* not NULL: a failing create must reset it */
   sdpa_bwd_plan *plan = (sdpa_bwd_plan *)(uintptr_t)16;
-  sdpa_status st = sdpa_bwd_plan_create(&plan, rt, d);
+  sdpa_status st = sdpa_bwd_plan_create_with(&plan, rt, d, o);
   ck_assert_msg(st == status, "expected %s, got %s (%s)",
                 sdpa_status_name(status), sdpa_status_name(st),
                 sdpa_last_error());
@@ -67,8 +67,14 @@ static void expect(const sdpa_bwd_desc *d, sdpa_status status,
   }
 }
 
+static void expect(const sdpa_bwd_desc *d, sdpa_status status, const char *const *subs) {
+  expect_with(d, NULL, status, subs);
+}
+
 #define REJECT(d, st, ...)                                                    \
   expect(&(d), SDPA_STATUS_##st, (const char *const[]){__VA_ARGS__, NULL})
+#define REJECT_WITH(d, o, st, ...)                                            \
+  expect_with(&(d), &(o), SDPA_STATUS_##st, (const char *const[]){__VA_ARGS__, NULL})
 
 static sdpa_bwd_plan *make_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o) {
   sdpa_bwd_plan *plan = NULL;
@@ -274,11 +280,36 @@ START_TEST(head_dim_unsupported) {
   d = good();
   d.head_dim_v = 44;
   REJECT(d, INVALID_ARGUMENT, "desc.head_dim_v = 44 is not supported");
-  /* any multiple of 8 up to 256 is planned */
+  /* any multiple of 8 up to 256 is planned with options.any_head_dim
+   * (or SDPA_JIT_ANY_HEAD_DIM=1); by default only the measured ones */
   d = good();
   d.head_dim = 80;
   d.head_dim_v = 40;
+  REJECT(d, NOT_SUPPORTED, "desc.head_dim = 80, head_dim_v = 40", "not yet validated",
+         "options.any_head_dim");
+  d.head_dim = 128;
+  REJECT(d, NOT_SUPPORTED, "head_dim_v = 40", "SDPA_JIT_ANY_HEAD_DIM=1");
+  d.head_dim_v = 64;
   sdpa_bwd_plan_destroy(make(&d));
+  d.head_dim = 80;
+  d.head_dim_v = 40;
+  sdpa_bwd_plan_options any = SDPA_BWD_PLAN_OPTIONS_INIT;
+  any.any_head_dim = SDPA_SWITCH_ON;
+  sdpa_bwd_plan_destroy(make_with(&d, &any));
+  runtime_with_env("SDPA_JIT_ANY_HEAD_DIM", "1");
+  sdpa_bwd_plan_destroy(make(&d));
+  any.any_head_dim = SDPA_SWITCH_OFF; /* a plan's own choice wins */
+  REJECT_WITH(d, any, NOT_SUPPORTED, "not yet validated");
+  runtime_with_env("SDPA_JIT_ANY_HEAD_DIM", "yes");
+  REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_ANY_HEAD_DIM = \"yes\" is not valid");
+  runtime_with_env("SDPA_JIT_ANY_HEAD_DIM", NULL);
+  /* a version 1 options struct (before any_head_dim) is still read */
+  sdpa_bwd_plan_options v1 = SDPA_BWD_PLAN_OPTIONS_INIT;
+  v1.version = 1;
+  v1.any_head_dim = (sdpa_switch)77; /* past a version 1 struct: never read */
+  d.head_dim = 64;
+  d.head_dim_v = 0;
+  sdpa_bwd_plan_destroy(make_with(&d, &v1));
 }
 END_TEST
 

@@ -142,6 +142,7 @@ START_TEST(plans_launch_what_the_traits_say) {
           desc.deterministic = det;
           sdpa_bwd_plan_options mma = SDPA_BWD_PLAN_OPTIONS_INIT;
           mma.family = SDPA_FAMILY_MMA; /* the traits of this family */
+          mma.any_head_dim = SDPA_SWITCH_ON;
           sdpa_bwd_plan *plan = NULL;
           ck_assert_msg(sdpa_bwd_plan_create_with(&plan, rt, &desc, &mma) ==
                             SDPA_STATUS_SUCCESS,

@@ -268,7 +268,7 @@ class BwdPlanOptions(Struct):
     """sdpa_bwd_plan_options: tuning and testing choices beyond the
     descriptor (SDPA_BWD_PLAN_OPTIONS_INIT: all zero, "the runtime's
     default", but version)."""
-    _version_ = 1
+    _version_ = 2
     _fields_ = [
         ("version", ctypes.c_uint),
         ("family", c_enum),
@@ -279,6 +279,8 @@ class BwdPlanOptions(Struct):
         ("graphs", c_enum),
         ("order_group", ctypes.c_int),
         ("config_arch", ctypes.c_int),
+        # version 2
+        ("any_head_dim", c_enum),
     ]
 
 

@@ -332,7 +332,8 @@ def runtime():
 
 
 @pytest.mark.parametrize("fields, cls, field_text", [
-    (dict(head_dim=80), sdpa_jit.InvalidArgumentError, "desc.head_dim = 80 is not supported"),
+    (dict(head_dim=100), sdpa_jit.InvalidArgumentError, "desc.head_dim = 100 is not supported"),
+    (dict(head_dim=80), sdpa_jit.NotSupportedError, "not yet validated on a GPU"),
     (dict(dtype=7), sdpa_jit.InvalidArgumentError, "desc.dtype = 7"),
     (dict(heads_q=6, heads_kv=4), sdpa_jit.InvalidArgumentError, "heads_q 6 is not a multiple of heads_kv 4"),
     (dict(batch=0), sdpa_jit.InvalidArgumentError, "desc.batch = 0"),
@@ -367,15 +368,15 @@ def test_error_is_thread_local_and_picklable(runtime):
         except sdpa_jit.SdpaError as e:
             errors.append(e.message)
 
-    threads = [threading.Thread(target=bad, args=(hd,)) for hd in (40, 48, 56, 72)]
+    threads = [threading.Thread(target=bad, args=(hd,)) for hd in (44, 52, 60, 76)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sorted(errors) == sorted(f"desc.head_dim = {hd} is not supported: supported are 32, 64, 96, 128, 192, 256"
-                                    for hd in (40, 48, 56, 72))
+    assert sorted(errors) == sorted(f"desc.head_dim = {hd} is not supported: supported are multiples of 8 "
+                                    f"from 8 to 256" for hd in (44, 52, 60, 76))
     try:
-        runtime.plan(_desc(head_dim=40))
+        runtime.plan(_desc(head_dim=44))
     except sdpa_jit.SdpaError as e:
         again = pickle.loads(pickle.dumps(e))
         assert type(again) is type(e) and str(again) == str(e)

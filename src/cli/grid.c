@@ -243,6 +243,7 @@ int cli_grid_point_at(const cli_grid *grid, size_t index,
   out->deterministic = picked[7];
   out->dq_main = picked[8];
   out->small = picked[9];
+  out->any_head_dim = grid->any_head_dim;
   return (out->layout == SDPA_LAYOUT_THD && positions[5] > 0) ||
          (out->small && (out->layout == SDPA_LAYOUT_THD || out->deterministic));
 }
@@ -251,6 +252,7 @@ void cli_grid_options(const cli_grid_point *point, sdpa_bwd_plan_options *out) {
   const sdpa_bwd_plan_options init = SDPA_BWD_PLAN_OPTIONS_INIT;
   *out = init;
   out->dq_writer = point->dq_main ? SDPA_DQ_MAIN : SDPA_DQ_CONVERT;
+  if (point->any_head_dim) out->any_head_dim = SDPA_SWITCH_ON;
 }
 
 void cli_grid_desc(const cli_grid_point *point, sdpa_bwd_desc *out) {

@@ -33,7 +33,8 @@ typedef struct cli_list {
 typedef struct cli_grid {
   cli_list arch, dtype, head_dim, mask, layout, lse_strided, deterministic,
       even, dq_main, tiles;
-  int head_dim_v; /* 0: same as head_dim */
+  int head_dim_v;   /* 0: same as head_dim */
+  int any_head_dim; /* plans take options.any_head_dim ON */
 } cli_grid;
 
 /* One point of the grid. even is -1 under THD (does not apply). */
@@ -48,6 +49,7 @@ typedef struct cli_grid_point {
   int even;
   int dq_main; /* 1: "dq=main", 0: "dq=convert" */
   int small;   /* 1: a grid small enough for the small-grid tiles */
+  int any_head_dim; /* the grid's */
 } cli_grid_point;
 
 /* The names the list options accept, for --help and messages. */

@@ -41,7 +41,8 @@ enum {
   OPT_DQ,
   OPT_TILES,
   OPT_JOBS,
-  OPT_JSON
+  OPT_JSON,
+  OPT_ANY_HEAD_DIM
 };
 
 static const cli_option options[] = {
@@ -58,6 +59,7 @@ static const cli_option options[] = {
     {"--tiles", NULL, 1, OPT_TILES},
     {"--jobs", "-j", 1, OPT_JOBS},
     {"--json", NULL, 0, OPT_JSON},
+    {"--any-head-dim", NULL, 0, OPT_ANY_HEAD_DIM},
     {NULL, NULL, 0, 0}};
 
 static void print_help(void) {
@@ -88,6 +90,9 @@ static void print_help(void) {
       "                         BSHD problems whose main kernel runs at\n"
       "                         most 64 blocks of 128 kv rows (causal:\n"
       "                         128), not deterministic (default both)\n"
+      "  --any-head-dim         plan head dims beyond 32, 64, 96, 128, 192,\n"
+      "                         256 (multiples of 8 up to 256; not yet\n"
+      "                         validated on a GPU: options.any_head_dim)\n"
       "  -j, --jobs N           compile threads (default: online CPUs)\n"
       "  --json                 one JSON object per key, then the summary\n"
       "                         as a JSON object\n"
@@ -157,6 +162,7 @@ static int parse(cli_args *args, request *req) {
         error = "expected a thread count from 1 to 1024";
       break;
     case OPT_JSON: req->json = 1; break;
+    case OPT_ANY_HEAD_DIM: req->grid.any_head_dim = 1; break;
     default: break;
     }
     if (error) {
@@ -275,10 +281,15 @@ static int check_head_dims(cli_args *args, const cli_grid *grid) {
     d.seqlen_q = d.seqlen_kv = 128;
     d.head_dim = grid->head_dim.values[i];
     d.head_dim_v = grid->head_dim_v;
-    sdpa_status st = sdpa_bwd_plan_create(&plan, probe, &d);
+    sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+    if (grid->any_head_dim) o.any_head_dim = SDPA_SWITCH_ON;
+    sdpa_status st = sdpa_bwd_plan_create_with(&plan, probe, &d, &o);
     sdpa_bwd_plan_destroy(plan);
     if (st == SDPA_STATUS_INVALID_ARGUMENT)
       rc = cli_usage_error(args, "--head-dim %d%s: %s", d.head_dim,
+                           grid->head_dim_v ? " with --head-dim-v" : "", sdpa_last_error());
+    else if (st == SDPA_STATUS_NOT_SUPPORTED && !grid->any_head_dim)
+      rc = cli_usage_error(args, "--head-dim %d%s: %s (preheat: --any-head-dim)", d.head_dim,
                            grid->head_dim_v ? " with --head-dim-v" : "", sdpa_last_error());
   }
   sdpa_runtime_destroy(probe);
