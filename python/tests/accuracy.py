@@ -9,14 +9,14 @@ fp16; masks none, causal top-left, causal bottom-right and sliding window
 (window_left / window_right, -1 unbounded); GQA groups 1, 2, 4, 8; BSHD and
 THD (cu_seqlens with per-sequence lengths, empty and length-1 sequences
 among them); odd lengths (1, 7, 97, 573, ...) with seqlen_q != seqlen_kv;
-deterministic on and off; head dims 32-256 as the library has them today,
-and the other multiples of 8 (8-256, head_dim_v <= head_dim) it is to
-accept. Each value of each of these is spread evenly over the list (each
-list is shuffled on its own), the sizes are drawn per case; cases come in
-threes that share a kernel (generate_cases), so that compiling stays a
-fraction of the run. A case the
-library refuses at plan time is reported as skipped-unsupported with its
-message, and counted.
+deterministic on and off; head dims: the first kernels' 32, 64, 96, 128,
+192, 256 (and 128/64, 192/128, 256/128), and other multiples of 8 from 8
+to 256 with head_dim_v <= head_dim. Each value of each of these is spread
+evenly over the list (each list shuffled on its own) and the sizes are
+drawn per case; cases come in threes that share a kernel, so that
+compiling stays a fraction of the run. A case the library refuses at plan
+time (a library without a head dim) is reported as skipped-unsupported
+with its message, and counted.
 
 Inputs and references
 ---------------------
@@ -111,9 +111,9 @@ DTYPES = ("bf16", "fp16")
 LAYOUTS = ("bshd", "thd")
 MASKS = ("none", "causal_tl", "causal_br", "window")
 GROUPS = (1, 2, 4, 8)
-# (head_dim, head_dim_v) the library accepts today, and the ones it is to
-# accept (any multiple of 8 from 8 to 256, head_dim_v <= head_dim). Today's
-# are drawn twice as often, so that most cases run now.
+# (head_dim, head_dim_v): the first kernels' head dims, drawn twice as
+# often, and other multiples of 8 from 8 to 256 (head_dim_v <= head_dim),
+# which a library built without them refuses at plan time.
 HEAD_DIMS = ((32, 32), (64, 64), (96, 96), (128, 128), (192, 192), (256, 256),
              (128, 64), (192, 128), (256, 128))
 NEW_HEAD_DIMS = ((8, 8), (16, 16), (40, 40), (72, 72), (80, 80), (112, 112), (160, 160),
@@ -419,17 +419,26 @@ def make_inputs(case, device):
     return inputs
 
 
+def expand_heads(x, group):
+    """[B, Hkv, S, D] -> [B, Hkv * group, S, D], query head h reading kv
+    head h // group, by expand: autograd sums the group's gradients with one
+    rounding (fp32 accumulation), as FlashAttention's GQA backward does
+    (at::sum over the expanded dK, dV)."""
+    if group == 1:
+        return x
+    b, h, s, d = x.shape
+    return x[:, :, None].expand(b, h, group, s, d).reshape(b, h * group, s, d)
+
+
 def attend(q, k, v, ok, scale, want_lse=False):
     """Math attention on [B, H, S, D] blocks in their dtype (FlashAttention's
     attention_ref: scores = (q * scale) @ k^T, the mask, softmax, @ v); GQA
-    by repeating k and v. A row that sees no key gives 0 (its softmax is
+    by expand_heads. A row that sees no key gives 0 (its softmax is
     taken over zeros and dropped, so no NaN reaches autograd). Returns
     (out, lse) with lse in fp32 (float64 for float64 blocks; -inf for such
     rows) when asked for."""
     group = q.shape[1] // k.shape[1]
-    if group > 1:
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
+    k, v = expand_heads(k, group), expand_heads(v, group)
     s = torch.matmul(q * scale, k.transpose(-1, -2))
     s = s.masked_fill(~ok, float("-inf"))
     lse = torch.logsumexp(s.to(torch.promote_types(s.dtype, torch.float32)), dim=-1) if want_lse else None
@@ -452,8 +461,8 @@ def flash_attend(q, k, v, ok, scale, want_lse=False):
     under sdpa_kernel(FLASH_ATTENTION), for masks it has: none, and
     is_causal (top-left in PyTorch: j <= i), recognized from `ok` itself
     (so a bottom-right causal mask with seqlen_q == seqlen_kv is flash's
-    is_causal too). GQA by repeating k and v, whose gradients autograd then
-    sums over the group in the dtype, as flash's own GQA backward does."""
+    is_causal too). GQA by expand_heads, whose backward sums over the group
+    as flash's own GQA backward does."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
     if q.shape[-1] != v.shape[-1]:
@@ -465,9 +474,7 @@ def flash_attend(q, k, v, ok, scale, want_lse=False):
     else:
         raise FlashNotApplicable("mask other than none or top-left causal")
     group = q.shape[1] // k.shape[1]
-    if group > 1:
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
+    k, v = expand_heads(k, group), expand_heads(v, group)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -520,7 +527,7 @@ def gradients(case, inputs, fn, dtype, want_lse=False):
 
 def _formula_block(q, k, v, o, dout, lse, ok, scale, rnd):
     group = q.shape[1] // k.shape[1]
-    ke, ve = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    ke, ve = expand_heads(k, group), expand_heads(v, group)
     s = torch.matmul(q, ke.transpose(-1, -2)) * scale
     row = lse[..., None]
     p = torch.where(ok & torch.isfinite(row), torch.exp(s - row), torch.zeros_like(s))
@@ -569,6 +576,8 @@ def formula_gradients(case, inputs, out, lse, round_to=None):
 
 def max_error(x, ref):
     """max |x - ref| (inf when x has a non-finite element; 0 when empty)."""
+    if x.shape != ref.shape:
+        raise ValueError(f"shape {tuple(x.shape)} against the reference's {tuple(ref.shape)}")
     if x.numel() == 0:
         return 0.0
     if not bool(torch.isfinite(x).all()):
@@ -759,18 +768,26 @@ def summary_table(results):
     return "\n".join(lines)
 
 
+def _kernel(result):
+    """The kernel that ran (family and tiles), when the runner recorded it."""
+    if not result.get("family"):
+        return ""
+    return f"{result['family'].lower()} {','.join(map(str, result.get('tiles', ())))}"
+
+
 def failure_message(results):
     """Every failing case and gradient (and every error), or "" if none."""
     lines = []
     for r in results:
+        kernel = f" [{_kernel(r)}]" if _kernel(r) else ""
         if r["status"] == "error":
-            lines.append(f"{r['name']}: error: {r['message']}")
+            lines.append(f"{r['name']}{kernel}: error: {r['message']}")
         elif r["status"] == "fail":
             for g, m in r["grads"].items():
                 if not m["passed"]:
                     lines.append(f"{r['name']} {g}: ours {_fmt(m['ours'])} > limit {_fmt(m['limit'])} "
                                  f"(against {m['against']}; flash {_fmt(m['flash'])}, torch_lowp "
-                                 f"{_fmt(m['torch'])}, floor {_fmt(m['floor'])}; flash: {r['flash']})")
+                                 f"{_fmt(m['torch'])}, floor {_fmt(m['floor'])}; flash: {r['flash']}){kernel}")
     if not lines:
         return ""
     t = totals(results)
@@ -814,12 +831,12 @@ def markdown(results, meta=None):
                    f"{_fmt(b['torch_median'])} | {_fmt(b['torch_max'])} | {b['worst']} "
                    f"({_fmt(b['worst_margin'])}) |")
     out += ["", "## Worst cases", "",
-            "| case | grad | ours | flash | torch_lowp | floor | limit | ours / limit | against |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+            "| case | grad | ours | flash | torch_lowp | floor | limit | ours / limit | against | kernel |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for margin, r, g in worst(results):
         m = r["grads"][g]
         out.append(f"| {r['name']} | {g} | {_fmt(m['ours'])} | {_fmt(m['flash'])} | {_fmt(m['torch'])} | "
-                   f"{_fmt(m['floor'])} | {_fmt(m['limit'])} | {_fmt(margin)} | {m['against']} |")
+                   f"{_fmt(m['floor'])} | {_fmt(m['limit'])} | {_fmt(margin)} | {m['against']} | {_kernel(r)} |")
     failures = failure_message(results)
     out += ["", "## Failures", ""] + ([f"    {line}" for line in failures.splitlines()] if failures else ["none"])
     reasons = {}

@@ -67,7 +67,7 @@ def test_cases_cover_the_space():
     assert len({(c.dtype, c.mask, c.layout) for c in CASES}) == 16
     assert len({(c.dtype, c.head_dim, c.head_dim_v) for c in CASES}) == 2 * len(accuracy.HEAD_DIMS +
                                                                                  accuracy.NEW_HEAD_DIMS)
-    # most cases run on the head dims the library has today
+    # most cases are on the first kernels' head dims
     assert sum((c.head_dim, c.head_dim_v) in accuracy.HEAD_DIMS for c in CASES) >= 0.6 * len(CASES)
 
 
@@ -111,7 +111,8 @@ def test_descriptors_are_taken_or_refused_for_their_head_dims(runtime):
         plan.destroy()
     for c, message in refused:
         assert (c.head_dim, c.head_dim_v) in accuracy.NEW_HEAD_DIMS, f"{c.name}: refused: {message}"
-    assert len(keys) >= 50
+    # cases share kernels (generate_cases' classes): compiling stays a fraction of the run
+    assert 50 <= len(keys) <= len(CASES) // 2
     print(f"{len(CASES)} cases, {len(refused)} refused for their head dims, {len(keys)} distinct keys")
 
 
