@@ -694,19 +694,23 @@ START_TEST(test_preheat_lifecycle) {
 }
 END_TEST
 
+/* Runs `preheat <grid> --json -j 2` on the suite's cache, asserts exit 0
+ * and a summary of `compiled` fresh keys; returns the run (free it). */
+static run_result preheat_json(const char *grid, int compiled) {
+  char line[1200], summary[96];
+  run_result r = run_cli(test_dir, "--cache '%s' preheat %s --json -j 2", cache_db, grid);
+  ck_assert_msg(r.status == 0, "preheat exited %d:\n%s", r.status, r.err);
+  snprintf(summary, sizeof summary, "{\"compiled\":%d,\"cached\":0,\"failed\":0,", compiled);
+  last_line(r.out, line, sizeof line);
+  ck_assert_msg(strncmp(line, summary, strlen(summary)) == 0, "summary: %s", line);
+  return r;
+}
+
 /* The default grid reaches both tile classes of an mma.sync BSHD point:
  * the table's tiles and the small-grid ones (64-row kv tiles), both
  * written by the convert kernel; THD has one. */
 START_TEST(test_preheat_default_tiles) {
-  char line[1200];
-  run_result r = run_cli(test_dir,
-                         "--cache '%s' preheat --arch 80 --dtype bf16 --head-dim 64 "
-                         "--mask none --json -j 2",
-                         cache_db);
-  ck_assert_msg(r.status == 0, "preheat exited %d:\n%s", r.status, r.err);
-  const char *summary = "{\"compiled\":3,\"cached\":0,\"failed\":0,";
-  last_line(r.out, line, sizeof line);
-  ck_assert_msg(strncmp(line, summary, strlen(summary)) == 0, "summary: %s", line);
+  run_result r = preheat_json("--arch 80 --dtype bf16 --head-dim 64 --mask none", 3);
   ck_assert_msg(strstr(r.out, "qt=128;kvt=128;warps=8;stages=1;lse=packed;layout=bshd;"),
                 "no key with the table's tiles: %s", r.out);
   ck_assert_msg(strstr(r.out, "qt=128;kvt=64;warps=8;stages=2;lse=packed;layout=bshd;"),
@@ -721,21 +725,29 @@ END_TEST
  * Hopper family's where it covers the point (one key a layout: its tiles
  * have no small-grid class), mma.sync's elsewhere (head_dim 96). */
 START_TEST(test_preheat_sm90_families) {
-  char line[1200];
-  run_result r = run_cli(test_dir,
-                         "--cache '%s' preheat --arch 90 --dtype bf16 --head-dim 64,96 "
-                         "--mask none --json -j 2",
-                         cache_db);
-  ck_assert_msg(r.status == 0, "preheat exited %d:\n%s", r.status, r.err);
-  const char *summary = "{\"compiled\":5,\"cached\":0,\"failed\":0,";
-  last_line(r.out, line, sizeof line);
-  ck_assert_msg(strncmp(line, summary, strlen(summary)) == 0, "summary: %s", line);
+  run_result r = preheat_json("--arch 90 --dtype bf16 --head-dim 64,96 --mask none", 5);
   ck_assert_msg(strstr(r.out, "family=hopper;dtype=bf16;hd=64;hdv=64;qt=128;kvt=128;warps=12;"),
                 "no Hopper key at head_dim 64: %s", r.out);
   ck_assert_msg(strstr(r.out, "family=mma;dtype=bf16;hd=96;"),
                 "no mma.sync key at head_dim 96: %s", r.out);
   ck_assert_msg(!strstr(r.out, "family=mma;dtype=bf16;hd=64;"),
                 "an mma.sync key at head_dim 64: %s", r.out);
+  run_result_free(&r);
+}
+END_TEST
+
+/* Head dims beyond the measured six: a usage error (exit 2, naming the
+ * option to pass) unless --any-head-dim, with which they compile. */
+START_TEST(test_preheat_any_head_dim) {
+  run_result r = run_cli(test_dir, "--cache '%s' preheat --arch 80 --dtype bf16 --head-dim 80 "
+                         "--mask none --layout thd -j 2", cache_db);
+  ck_assert_msg(r.status == 2, "preheat --head-dim 80 exited %d:\n%s", r.status, r.err);
+  ck_assert_msg(strstr(r.err, "--any-head-dim") && strstr(r.err, "not yet validated"),
+                "stderr: %s", r.err);
+  run_result_free(&r);
+  r = preheat_json("--arch 80 --dtype bf16 --head-dim 80 --mask none --layout thd "
+                   "--any-head-dim", 1);
+  ck_assert_msg(strstr(r.out, "family=mma;dtype=bf16;hd=80;hdv=80;"), "keys: %s", r.out);
   run_result_free(&r);
 }
 END_TEST
@@ -767,6 +779,7 @@ static Suite *cli_suite(void) {
   tcase_add_test(preheat, test_preheat_lifecycle);
   tcase_add_test(preheat, test_preheat_default_tiles);
   tcase_add_test(preheat, test_preheat_sm90_families);
+  tcase_add_test(preheat, test_preheat_any_head_dim);
   suite_add_tcase(s, preheat);
   return s;
 }
