@@ -144,6 +144,15 @@ static_assert(SMEM_V - SMEM_K >= N * LD_D * 2 && SMEM_Q - SMEM_V >= N * LD_DV * 
 
 #define LOG2E 1.4426950408889634f
 
+/* dS from P in fp32 (1), as FlashAttention-2 computes it: one rounding;
+ * or (0) from the P rounded to the dtype for dV: two roundings, three for
+ * bf16's packed product, with only the packed P live across the dP GEMM.
+ * A measurement switch (bench/NOTES.md: 1 spills 12-108 B at head_dim 128,
+ * where dK and dV hold 128 registers): off. */
+#ifndef SDPA_DS_FP32_P
+#define SDPA_DS_FP32_P 0
+#endif
+
 /* P and dS go to shared memory by stmatrix (sm_90 and later), except
  * with 4 warps: there dK/dV hold 128 registers a thread, and holding a
  * whole tile's packed values for it spilled (sm_120, head_dim 256); each
@@ -455,13 +464,14 @@ SDPA_DEVICE void mask_tile(float (&acc_s)[S_TM / 16][S_TN / 8][4], int s_m, int 
 }
 
 /* P = exp2(S * scale_log2 - LSE * log2e) for a warp's S tile, to shared
- * memory and packed into p_pk. A row whose LSE is -inf sees no key: its
+ * memory and packed into p_pk (and in place into acc_s, fp32, with
+ * SDPA_DS_FP32_P). A row whose LSE is -inf sees no key: its
  * LSE is taken as +inf, so P = 0 (and a -inf score never meets a -inf
  * LSE: no NaN). MASKED: P = 0 outside each row's visible columns, for the
  * 4-warp configurations (the 128-register dK/dV accumulators leave no room
  * for mask_tile's separate pass: it spilled at head_dim 256 on sm_120). */
 template <bool MASKED>
-SDPA_DEVICE void softmax_tile(const float (&acc_s)[S_TM / 16][S_TN / 8][4],
+SDPA_DEVICE void softmax_tile(float (&acc_s)[S_TM / 16][S_TN / 8][4],
                               u32 (&p_pk)[S_TM / 16][2][S_TN / 8], const float *lse,
                               u16 *sP, int s_m, int s_n, int g, int t, float scale_log2,
                               const Band &band, int i0, int k0, int sq, int skv) {
@@ -483,6 +493,7 @@ SDPA_DEVICE void softmax_tile(const float (&acc_s)[S_TM / 16][S_TN / 8][4],
           const int c = s_n + nj * 8 + 2 * t + e;
           pv[e] = fast_exp2(acc_s[mi][nj][hf * 2 + e] * scale_log2 - row_lse);
           if (MASKED && (c < cmin || c > cmax)) pv[e] = 0.f;
+          if (SDPA_DS_FP32_P) acc_s[mi][nj][hf * 2 + e] = pv[e];
         }
         p_pk[mi][hf][nj] = pack2<DT>(pv[0], pv[1]);
         if (!STSM) *(u32 *)(sP + r * LD_N + s_n + nj * 8 + 2 * t) = p_pk[mi][hf][nj];
@@ -542,8 +553,13 @@ SDPA_DEVICE void scores_and_ds(const sdpa_kernel_params &p, bool visible, const 
                                const float *lse, const float *dlt, int s_m, int s_n, int g,
                                int t) {
   u32 p_pk[S_TM / 16][2][S_TN / 8];
+#if SDPA_DS_FP32_P
+  float acc_s[S_TM / 16][S_TN / 8][4]; /* S, then P: live until dS */
+#endif
   {
+#if !SDPA_DS_FP32_P
     float acc_s[S_TM / 16][S_TN / 8][4];
+#endif
     zero_acc(acc_s);
     warp_gemm<DT, S_TM, S_TN, D, false, false>(acc_s, sQ + s_m * LD_D, LD_D,
                                                sK + s_n * LD_D, LD_D);
@@ -584,7 +600,12 @@ SDPA_DEVICE void scores_and_ds(const sdpa_kernel_params &p, bool visible, const 
 #pragma unroll
       for (int nj = 0; nj < S_TN / 8; ++nj) {
         const u32 pp = p_pk[mi][hf][nj];
-#if SDPA_DTYPE == 2
+#if SDPA_DS_FP32_P
+        (void)pp;
+        ds_pk[mi][hf][nj] = pack2<DT>(acc_s[mi][nj][hf * 2] * (acc_dp[mi][nj][hf * 2] - row_delta),
+                                      acc_s[mi][nj][hf * 2 + 1] *
+                                          (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
+#elif SDPA_DTYPE == 2
         /* bf16 keeps fp32's range: multiply the pairs packed (one
          * rounding of dP - Delta more than the fp32 product). */
         ds_pk[mi][hf][nj] = mul_bf16x2(
