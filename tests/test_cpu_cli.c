@@ -13,10 +13,12 @@
  */
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -694,6 +696,88 @@ START_TEST(test_preheat_lifecycle) {
 }
 END_TEST
 
+/* FNV-1a of the file at `path`. */
+static uint64_t file_digest(const char *path) {
+  size_t size = 0;
+  unsigned char *bytes = sdpa_test_read_file(path, &size);
+  ck_assert_ptr_nonnull(bytes);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < size; i++) h = (h ^ bytes[i]) * 1099511628211ull;
+  free(bytes);
+  return h ^ size;
+}
+
+/* Runs the CLI with `args` (argv, NULL-terminated, without the program),
+ * stdout and stderr to /dev/null; asserts exit 0 and returns the peak
+ * resident size of that process alone, KiB. */
+static long cli_peak_kib(const char *const *args) {
+  const char *argv[16];
+  int n = 0;
+  argv[n++] = cli_binary();
+  for (int i = 0; args[i] && n < 15; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int status = 0;
+  struct rusage u;
+  ck_assert_int_eq(wait4(pid, &status, 0, &u), pid);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s %s exited %d", argv[0],
+                argv[1], WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  return u.ru_maxrss;
+}
+
+/* A million-row cache: `ls` streams (its peak memory stays within 32 MiB
+ * of listing an empty cache's, where holding the rows would take
+ * hundreds), `show` of a prefix a few thousand rows share answers in
+ * well under a second, both read-only (the file is byte-identical). */
+START_TEST(test_million_rows) {
+  make_empty_cache(cache_db);
+  const char *const ls_args[] = {"--cache", cache_db, "ls", NULL};
+  const long empty_kib = cli_peak_kib(ls_args);
+  char command[2048];
+  snprintf(command, sizeof command,
+           "sqlite3 '%s' \"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+           "WHERE i < 1000000) INSERT INTO kernels (key_hash, key_text, arch, dtype, head_dim, "
+           "head_dim_v, cubin, cubin_bytes, checksum, created, last_used) SELECT "
+           "printf('%%08x%%024x', (i %% 4096) * 1048573, i), 'sdpa_bwd;arch=90;n=' || i, 90, "
+           "'bf16', 128, 128, x'00', 1, 0, 1, 1 FROM n\"",
+           cache_db);
+  ck_assert_int_eq(system(command), 0);
+  /* the file's digest, not the file: a forked child's peak would count
+   * the parent's copy */
+  const uint64_t before = file_digest(cache_db);
+
+  double start = sdpa_test_now_ms();
+  const long ls_kib = cli_peak_kib(ls_args);
+  const double ls_ms = sdpa_test_now_ms() - start;
+  ck_assert_msg(ls_kib - empty_kib < 32 * 1024,
+                "ls of a million rows peaked at %ld KiB, an empty cache's at %ld KiB", ls_kib,
+                empty_kib);
+
+  /* 1,000,000 / 4096 = 244 rows share each 8-digit prefix */
+  start = sdpa_test_now_ms();
+  run_result r = run_cli(test_dir, "--cache '%s' show 00000000", cache_db);
+  const double show_ms = sdpa_test_now_ms() - start;
+  ck_assert_msg(r.status != 0 && strstr(r.err, "00000000"), "show of a shared prefix: %d %s",
+                r.status, r.err);
+  run_result_free(&r);
+  ck_assert_msg(show_ms < 1000, "show of a prefix took %.0f ms", show_ms);
+
+  ck_assert_msg(file_digest(cache_db) == before, "the cache changed under ls and show");
+  printf("cli: a million rows: ls %.0f ms, peak %ld KiB (empty cache %ld KiB); show of a "
+         "shared prefix %.0f ms\n",
+         ls_ms, ls_kib, empty_kib, show_ms);
+}
+END_TEST
+
 /* Runs `preheat <grid> --json -j 2` on the suite's cache, asserts exit 0
  * and a summary of `compiled` fresh keys; returns the run (free it). */
 static run_result preheat_json(const char *grid, int compiled) {
@@ -772,6 +856,12 @@ static Suite *cli_suite(void) {
   tcase_add_test(empty, test_database_strings_escaped);
   tcase_add_test(empty, test_other_files_untouched);
   suite_add_tcase(s, empty);
+
+  TCase *large = tcase_create("large cache");
+  tcase_add_checked_fixture(large, setup, teardown);
+  tcase_set_timeout(large, 600); /* a million rows made, listed and searched */
+  tcase_add_test(large, test_million_rows);
+  suite_add_tcase(s, large);
 
   TCase *preheat = tcase_create("preheat");
   tcase_add_checked_fixture(preheat, setup, teardown);
