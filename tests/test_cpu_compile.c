@@ -179,6 +179,7 @@ static void compile_grid(int arch) {
      * both writers compile */
     sdpa_bwd_desc d = variant_desc(&vs[i], arch);
     sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+    o.family = SDPA_FAMILY_MMA; /* this grid's tiles; test_cpu_hopper compiles the other */
     o.small_grid = vs[i].small ? SDPA_SWITCH_ON : SDPA_SWITCH_OFF;
     o.dq_writer = vs[i].mask == SDPA_MASK_NONE ? SDPA_DQ_MAIN : SDPA_DQ_CONVERT;
     jobs[i].plan = make_plan_with(rt, &d, &o);
