@@ -2,7 +2,13 @@
 # gpu_session.sh — everything one GPU session runs, in one go, from a build
 # made on the build host (carried as build/): the GPU test suite, the
 # benchmarks and the comparison with PyTorch. Logs go to $OUT (or ./gpu-out).
-#   bench/gpu_session.sh [tests] [bench] [torch] [sanitize]   (default: all)
+#   bench/gpu_session.sh [tests] [tests-mma] [bench] [torch] [sanitize]
+#                                               (default: tests bench torch)
+# tests runs the GPU suite with the default family choice (the sm_90a
+# family where it covers a case), tests-mma with mma.sync forced; torch
+# compares with PyTorch in both memory orders, head dims beyond 64 and 128
+# included (--more-head-dims). Each step has a time cap (TESTS_S, BENCH_S,
+# TORCH_S seconds).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -19,15 +25,20 @@ for step in $steps; do
     preheat)
       ./build/sdpa-jit preheat -j "$(nproc)" 2>&1 | tail -3 | tee "$OUT/preheat.txt" ;;
     tests)
-      CK_DEFAULT_TIMEOUT=1200 ./build/tests/test_gpu_bwd 2>&1 | tee "$OUT/test_gpu_bwd.txt" | tail -60 ;;
+      CK_DEFAULT_TIMEOUT=1200 timeout ${TESTS_S:-400} ./build/tests/test_gpu_bwd 2>&1 \
+        | tee "$OUT/test_gpu_bwd.txt" | tail -60 ;;
+    tests-mma)
+      SDPA_JIT_FAMILY=mma CK_DEFAULT_TIMEOUT=1200 timeout ${TESTS_S:-400} \
+        ./build/tests/test_gpu_bwd 2>&1 | tee "$OUT/test_gpu_bwd_mma.txt" | tail -60 ;;
     bench)
-      ./build/bench/bench_bwd 2>&1 | tee "$OUT/bench_bwd.txt" | tail -40 ;;
+      timeout ${BENCH_S:-300} ./build/bench/bench_bwd 2>&1 | tee "$OUT/bench_bwd.txt" | tail -40 ;;
     jit)
       ./build/bench/bench_jit 2>&1 | tee "$OUT/bench_jit.txt" | tail -20 ;;
     torch)
       for memory in bhsd bshd; do
-        PYTHONUNBUFFERED=1 python3 bench/compare_torch.py --lib build/libsdpa_jit.so \
-          --memory $memory 2>&1 | tee "$OUT/compare_torch_$memory.txt" | tail -40
+        PYTHONUNBUFFERED=1 timeout ${TORCH_S:-400} python3 bench/compare_torch.py \
+          --lib build/libsdpa_jit.so --memory $memory --more-head-dims \
+          --csv "$OUT/compare_torch_$memory.csv" 2>&1 | tee "$OUT/compare_torch_$memory.txt" | tail -40
       done ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
