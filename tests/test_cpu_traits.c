@@ -21,37 +21,29 @@
 #include "plan.h"
 #include "sdpa_jit.h"
 
+/* Appends `static_assert(<fn>(config c).<member> == value, what)`. */
+static void assert_value(FILE *out, sdpa_mma_config c, const char *fn, const char *member,
+                         int value, const char *what) {
+  fprintf(out,
+          "static_assert(%s(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).%s == %d, \"%s\");\n",
+          fn, c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile, c.warps, c.stages,
+          c.deterministic, c.window, c.fold_dq, member, value, what);
+}
+
 /* Appends the static_asserts of one configuration to `out`. */
 static void assert_config(FILE *out, sdpa_mma_config c, int plant_error) {
   const sdpa_mma_smem s = sdpa_mma_smem_layout(c);
   const sdpa_mma_split w = sdpa_mma_warp_split(c);
-  fprintf(out,
-          "static_assert(sdpa_mma_smem_layout(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).total"
-          " == %d, \"smem total\");\n",
-          c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile, c.warps, c.stages, c.deterministic,
-          c.window, c.fold_dq, s.total + (plant_error ? 16 : 0));
-  fprintf(out,
-          "static_assert(sdpa_mma_smem_layout(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).ds"
-          " == %d && sdpa_mma_smem_layout(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).delta"
-          " == %d, \"smem regions\");\n",
-          c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile, c.warps, c.stages, c.deterministic,
-          c.window, c.fold_dq, s.ds, c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile, c.warps,
-          c.stages, c.deterministic, c.window, c.fold_dq, s.delta);
-  fprintf(out,
-          "static_assert(sdpa_mma_warp_split(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).s_rows"
-          " == %d && sdpa_mma_warp_split(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).kv_rows"
-          " == %d, \"warp split\");\n",
-          c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile, c.warps, c.stages, c.deterministic,
-          c.window, c.fold_dq, w.s_rows, c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile,
-          c.warps, c.stages, c.deterministic, c.window, c.fold_dq, w.kv_rows);
   const sdpa_mma_dims g = sdpa_mma_gemm_dims(c);
-  fprintf(out,
-          "static_assert(sdpa_mma_gemm_dims(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).d"
-          " == %d && sdpa_mma_gemm_dims(sdpa_mma_config{%d,%d,%d,%d,%d,%d,%d,%d,%d}).dv"
-          " == %d, \"gemm dims\");\n",
-          c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile, c.warps, c.stages, c.deterministic,
-          c.window, c.fold_dq, g.d, c.head_dim, c.head_dim_v, c.q_tile, c.kv_tile, c.warps,
-          c.stages, c.deterministic, c.window, c.fold_dq, g.dv);
+  assert_value(out, c, "sdpa_mma_smem_layout", "total", s.total + (plant_error ? 16 : 0),
+               "smem total");
+  assert_value(out, c, "sdpa_mma_smem_layout", "ds", s.ds, "smem regions");
+  assert_value(out, c, "sdpa_mma_smem_layout", "delta", s.delta, "smem regions");
+  assert_value(out, c, "sdpa_mma_warp_split", "s_rows", w.s_rows, "warp split");
+  assert_value(out, c, "sdpa_mma_warp_split", "kv_rows", w.kv_rows, "warp split");
+  assert_value(out, c, "sdpa_mma_warp_split", "q_rows", w.q_rows, "warp split");
+  assert_value(out, c, "sdpa_mma_gemm_dims", "d", g.d, "gemm dims");
+  assert_value(out, c, "sdpa_mma_gemm_dims", "dv", g.dv, "gemm dims");
   fprintf(out, "static_assert(sdpa_aux_lanes(%d) == %d, \"aux lanes\");\n", c.head_dim_v,
           sdpa_aux_lanes(c.head_dim_v));
 }
