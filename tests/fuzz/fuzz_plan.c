@@ -200,7 +200,7 @@ static void check_plan(sdpa_bwd_plan *plan, const sdpa_bwd_desc *d) {
   REQUIRE(r->arch >= 80);
   REQUIRE(d->arch == 0 ? r->arch == 90 : r->arch == d->arch);
   REQUIRE(r->q.seq >= 1 && r->q.head >= 1 && r->lse.seq >= 1);
-  REQUIRE(plan->fields.config.q_tile >= 1 && plan->fields.config.kv_tile >= 1);
+  REQUIRE(plan->fields.q_tile >= 1 && plan->fields.kv_tile >= 1);
   REQUIRE(plan->source == SDPA_SOURCE_NONE);
   if (r->layout == SDPA_LAYOUT_THD)
     REQUIRE(r->max_total_q >= 1 && r->max_total_q <= INT32_MAX &&
