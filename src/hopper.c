@@ -31,7 +31,7 @@ _Static_assert(sizeof(CUtensorMap) == sizeof(sdpa_tensor_map),
  * the field when not. */
 static int strides_mappable(const char *name, const sdpa_strides *s, int cols,
                             sdpa_layout layout, char *why, size_t why_size) {
-  const int64_t bytes[3] = {s->seq * 2, s->head * 2, s->batch * 2};
+  const int64_t elements[3] = {s->seq, s->head, s->batch}; /* any int64 a plan admits */
   const char *fields[3] = {"seq", "head", "batch"};
   if (s->seq < cols) {
     snprintf(why, why_size,
@@ -41,11 +41,11 @@ static int strides_mappable(const char *name, const sdpa_strides *s, int cols,
     return 0;
   }
   for (int i = 0; i < (layout == SDPA_LAYOUT_BSHD ? 3 : 2); i++)
-    if (bytes[i] >= STRIDE_LIMIT) {
+    if (elements[i] >= STRIDE_LIMIT / 2) { /* 2-byte elements; no product to overflow */
       snprintf(why, why_size,
-               "desc.%s.%s = %lld elements is %lld bytes: the bulk tensor copies need "
+               "desc.%s.%s = %lld elements is 2^39 or more: the bulk tensor copies need "
                "strides below 2^40 bytes",
-               name, fields[i], (long long)bytes[i] / 2, (long long)bytes[i]);
+               name, fields[i], (long long)elements[i]);
       return 0;
     }
   return 1;
