@@ -225,13 +225,24 @@ static file_kind classify(const char *path, int *readonly_file, char *why,
   char wal_path[4200];
   snprintf(wal_path, sizeof wal_path, "%s-wal", path);
   if (wal && stat(wal_path, &st) == 0 && st.st_size > 0) {
-    /* Header not checkpointed yet: ask SQLite, read-only. */
-    int id = 0, tables = 0;
-    if (read_app_id(path, &id, &tables) == SQLITE_OK) {
-      if ((uint32_t)id == SDPA_CACHE_APPLICATION_ID) return FILE_OURS;
-      if (id == 0 && tables == 0) return FILE_EMPTY;
-      app_id = (uint32_t)id;
+    /* Header not checkpointed yet: ask SQLite, read-only (another process
+     * may be initializing or recovering the file: wait for it while busy;
+     * a file SQLite cannot answer for is nobody's we can name). */
+    int id = 0, tables = 0, rc;
+    const int64_t start = cache_monotonic_ms();
+    /* busy: as long as a writer may hold it; other codes (the last
+     * connection of another process removing its -wal and -shm as we
+     * open) a moment */
+    while ((rc = read_app_id(path, &id, &tables)) != SQLITE_OK &&
+           cache_monotonic_ms() - start < (cache_is_busy(rc) ? BUSY_TIMEOUT_MS : 1000))
+      cache_sleep_ms(LOCK_POLL_MS);
+    if (rc != SQLITE_OK) {
+      snprintf(why, why_size, "%s could not be read (%s)", path, sqlite3_errstr(rc));
+      return FILE_UNKNOWN;
     }
+    if ((uint32_t)id == SDPA_CACHE_APPLICATION_ID) return FILE_OURS;
+    if (id == 0 && tables == 0) return FILE_EMPTY;
+    app_id = (uint32_t)id;
   } else if (app_id == 0 && got >= 105 && head[100] == 0x0d &&
              head[103] == 0 && head[104] == 0) {
     return FILE_EMPTY; /* page 1 a leaf with no cell: no table at all */
