@@ -501,7 +501,12 @@ typedef struct sdpa_bwd_tensors {
  * kernels), on further streams, while another thread is launching the
  * same plan, or with SDPA_JIT_GRAPHS=0. `workspace` is
  * device memory of at least sdpa_bwd_workspace_size() bytes, 256-byte
- * aligned; its contents need not be initialized. Returns
+ * aligned; its contents need not be initialized. Under THD the plan
+ * checked dq, dk and dv one token at a time (their token totals are the
+ * call's); execute checks them at tensors.total_q / total_kv and returns
+ * SDPA_STATUS_INVALID_ARGUMENT, naming the output, when two of its
+ * elements would share an address (e.g. a head-major output whose head
+ * stride does not cover the call's tokens). Returns
  * SDPA_STATUS_DEVICE_ERROR when an earlier launch of this plan in this
  * context found bad input on the device (a THD sequence longer than its
  * max_s hint, offsets past the token totals); the flag is then cleared. */

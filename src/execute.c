@@ -14,6 +14,7 @@
 
 #include "hopper.h"
 #include "launch.h"
+#include "plan.h"
 #include "runtime.h"
 #include "status.h"
 #include "../templates/sdpa_params.h"
@@ -41,7 +42,9 @@ static int no_kv_tokens(const sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t) {
   return plan->desc.layout == SDPA_LAYOUT_THD && t->total_kv == 0;
 }
 
-/* Validates the call's arguments against the plan. */
+/* Validates the call's arguments against the plan, before any driver
+ * call: the pointers, the workspace and, under THD, the token totals and
+ * the outputs' strides at those totals. */
 static sdpa_status check_call(const sdpa_bwd_plan *plan,
                               const sdpa_bwd_tensors *t, const void *workspace,
                               size_t workspace_bytes) {
@@ -100,6 +103,20 @@ static sdpa_status check_call(const sdpa_bwd_plan *plan,
                             "(desc.max_total_kv)",
                             (long long)t->total_kv,
                             (long long)plan->desc.max_total_kv);
+    /* The outputs at the call's token totals: the plan checked one token
+     * (its bound may exceed what a head-major output's head stride covers,
+     * plan.c). Skipped for a side of no tokens. */
+    const sdpa_bwd_desc *d = &plan->desc;
+    if (t->total_q > 0 &&
+        (st = sdpa_output_strides_check("dq", &d->dq, d->layout, 1, t->total_q, d->heads_q,
+                                        d->head_dim, "tensors.total_q")))
+      return st;
+    if (t->total_kv > 0 &&
+        ((st = sdpa_output_strides_check("dk", &d->dk, d->layout, 1, t->total_kv, d->heads_kv,
+                                         d->head_dim, "tensors.total_kv")) ||
+         (st = sdpa_output_strides_check("dv", &d->dv, d->layout, 1, t->total_kv, d->heads_kv,
+                                         d->head_dim_v, "tensors.total_kv"))))
+      return st;
   }
   return SDPA_STATUS_SUCCESS;
 }

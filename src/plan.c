@@ -77,12 +77,11 @@ typedef struct tensor_shape {
   int output;       /* written by the kernels: no two elements may share an address */
 } tensor_shape;
 
-/* Whether distinct elements of a tensor with these extents and element
- * strides (dim stride 1) can share an address: sorted by stride, each
- * dimension of extent > 1 must step past everything the smaller ones
- * span. (A sufficient condition for distinct addresses, and every layout
- * a framework makes meets it.) */
-static int elements_overlap(const int64_t extent[4], const int64_t stride[4]) {
+/* Whether distinct elements can share an address (plan.h): sorted by
+ * stride, each dimension of extent > 1 must step past everything the
+ * smaller ones span. (A sufficient condition for distinct addresses, and
+ * every layout a framework makes meets it.) */
+int sdpa_elements_overlap(const int64_t extent[4], const int64_t stride[4]) {
   int order[4] = {0, 1, 2, 3};
   for (int i = 1; i < 4; i++) /* insertion sort by stride */
     for (int j = i; j > 0 && stride[order[j]] < stride[order[j - 1]]; j--) {
@@ -101,6 +100,41 @@ static int elements_overlap(const int64_t extent[4], const int64_t stride[4]) {
       return 0; /* offsets were checked to fit int64 */
   }
   return 0;
+}
+
+/* Checks that no two elements of an output share an address (plan.h). */
+sdpa_status sdpa_output_strides_check(const char *name, const sdpa_strides *s,
+                                      sdpa_layout layout, int64_t batch, int64_t rows,
+                                      int64_t heads, int64_t dim, const char *total_field) {
+  const int thd = layout == SDPA_LAYOUT_THD;
+  const int64_t extent[4] = {thd ? 1 : batch, rows, heads, dim};
+  const int64_t stride[4] = {thd ? 0 : s->batch, s->seq, s->head, 1};
+  if (!sdpa_elements_overlap(extent, stride)) return SDPA_STATUS_SUCCESS;
+  const char *fix = "an output needs every element at an address of its own (e.g. the "
+                    "packed default, all strides 0)";
+  if (thd && !total_field)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.%s strides (batch %lld, seq %lld, head %lld) make "
+                          "elements of one token's %lld x %lld (heads x head_dim) "
+                          "output share addresses: %s",
+                          name, (long long)s->batch, (long long)s->seq, (long long)s->head,
+                          (long long)heads, (long long)dim, fix);
+  if (thd)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "desc.%s strides (batch %lld, seq %lld, head %lld) make "
+                          "elements of the 1 x %lld x %lld x %lld output share "
+                          "addresses at %s = %lld: %s; a head-major output's head "
+                          "stride must cover the call's tokens",
+                          name, (long long)s->batch, (long long)s->seq, (long long)s->head,
+                          (long long)rows, (long long)heads, (long long)dim, total_field,
+                          (long long)rows, fix);
+  return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                        "desc.%s strides (batch %lld, seq %lld, head %lld) make "
+                        "elements of the %lld x %lld x %lld x %lld output share "
+                        "addresses: %s",
+                        name, (long long)s->batch, (long long)s->seq, (long long)s->head,
+                        (long long)batch, (long long)rows, (long long)heads,
+                        (long long)dim, fix);
 }
 
 /* Resolves and checks the strides of one data tensor (fp16/bf16 elements,
@@ -149,20 +183,14 @@ static sdpa_status resolve_strides(sdpa_strides *s, sdpa_layout layout,
                               n, all[i].field, (long long)all[i].value,
                               STRIDE_MULTIPLE);
   }
-  if (t->output) {
-    const int64_t extent[4] = {layout == SDPA_LAYOUT_BSHD ? t->batch : 1, t->rows, t->heads,
-                               t->dim};
-    const int64_t stride[4] = {s->batch, s->seq, s->head, 1};
-    if (elements_overlap(extent, stride))
-      return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
-                            "desc.%s strides (batch %lld, seq %lld, head %lld) make "
-                            "elements of the %lld x %lld x %lld x %lld output share "
-                            "addresses: an output needs every element at an address of "
-                            "its own (e.g. the packed default, all strides 0)",
-                            n, (long long)s->batch, (long long)s->seq, (long long)s->head,
-                            (long long)extent[0], (long long)extent[1],
-                            (long long)extent[2], (long long)extent[3]);
-  }
+  /* Under THD the token totals arrive at execute (at most the bound):
+   * here only one token's heads x dim; execute checks the call's totals. */
+  sdpa_status status;
+  if (t->output &&
+      (status = sdpa_output_strides_check(n, s, layout, t->batch,
+                                          layout == SDPA_LAYOUT_THD ? 1 : t->rows,
+                                          t->heads, t->dim, NULL)))
+    return status;
   /* largest element: (B-1)*batch + (S-1)*seq + (H-1)*head + (D-1) */
   int64_t offset = t->dim - 1;
   if (mul_add_overflows(t->heads - 1, s->head, offset, &offset) ||

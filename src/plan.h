@@ -71,6 +71,23 @@ int64_t sdpa_dq_blocks(const sdpa_bwd_desc *resolved, int64_t rows_q);
 sdpa_status sdpa_desc_resolve(const sdpa_bwd_desc *desc, int arch,
                               sdpa_bwd_desc *resolved);
 
+/* Whether distinct elements of a [batch, seq, heads, dim] tensor with
+ * these extents and element strides (dim stride 1) can share an address:
+ * nonzero when some dimension of extent > 1 does not step past everything
+ * the dimensions of smaller stride span. Cheap (four values sorted). */
+int sdpa_elements_overlap(const int64_t extent[4], const int64_t stride[4]);
+
+/* Checks that no two elements of the output desc.<name> (resolved strides
+ * `s`; batch x rows x heads x dim, batch ignored under THD) share an
+ * address. The plan checks BSHD outputs whole and THD outputs one token
+ * (rows 1): their token totals are the call's. Execute checks a THD call's
+ * outputs with its totals: rows is the total, `total_field` names it
+ * ("tensors.total_q"); NULL at plan time. INVALID_ARGUMENT with a message
+ * naming desc.<name>, its strides and the extents, else SUCCESS. */
+sdpa_status sdpa_output_strides_check(const char *name, const sdpa_strides *s,
+                                      sdpa_layout layout, int64_t batch, int64_t rows,
+                                      int64_t heads, int64_t dim, const char *total_field);
+
 /* Picks the mma.sync family's tiles for a resolved descriptor on its arch
  * (config.c): fills fields->q_tile, kv_tile, warps, stages (the other
  * fields are set) and *smem_bytes; the options' tiles when given, else the

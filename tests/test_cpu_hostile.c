@@ -625,6 +625,77 @@ START_TEST(execute_rejects_before_the_driver) {
 }
 END_TEST
 
+/* Under THD the plan checks the outputs' strides one token at a time and
+ * execute checks them at the call's totals, before the driver: head-major
+ * outputs whose head strides cover 240 query and 100 kv tokens take calls
+ * of up to that many, under a bound of 903. */
+START_TEST(execute_checks_thd_outputs_at_the_totals) {
+  sdpa_runtime *rt = make_runtime(NULL);
+  const int gpu = sdpa_driver_get(NULL) == SDPA_STATUS_SUCCESS;
+  const sdpa_status past_checks = gpu ? SDPA_STATUS_NOT_COMPILED : SDPA_STATUS_NO_DEVICE;
+  sdpa_bwd_desc d = good_desc(SDPA_LAYOUT_THD); /* 8 query heads, 2 kv heads, 64 */
+  d.max_total_q = d.max_total_kv = 903;
+  d.dq = (sdpa_strides){0, 64, 240 * 64};
+  d.dk = (sdpa_strides){0, 64, 100 * 64};
+  d.head_dim_v = 32;
+  d.dv = (sdpa_strides){0, 32, 100 * 32};
+  sdpa_bwd_plan *plan = NULL;
+  ck_assert_int_eq(sdpa_bwd_plan_create(&plan, rt, &d), SDPA_STATUS_SUCCESS);
+  const size_t ws = sdpa_bwd_workspace_size(plan);
+  sdpa_bwd_tensors t = good_tensors();
+  t.total_q = 240;
+  t.total_kv = 100;
+  EXPECT(sdpa_bwd_execute(plan, &t, fake(64), ws, NULL), past_checks, "");
+  t.total_q = 241;
+  EXPECT(sdpa_bwd_execute(plan, &t, fake(64), ws, NULL), SDPA_STATUS_INVALID_ARGUMENT,
+         "desc.dq strides (batch 0, seq 64, head 15360)");
+  NAMES("the 1 x 241 x 8 x 64 output share addresses at tensors.total_q = 241");
+  t.total_q = 240;
+  t.total_kv = 101;
+  EXPECT(sdpa_bwd_execute(plan, &t, fake(64), ws, NULL), SDPA_STATUS_INVALID_ARGUMENT,
+         "desc.dk strides (batch 0, seq 64, head 6400)");
+  NAMES("the 1 x 101 x 2 x 64 output share addresses at tensors.total_kv = 101");
+  /* one side of no tokens is not checked (its tensors may be NULL) */
+  t = good_tensors();
+  t.total_q = 0;
+  t.total_kv = 100;
+  t.q = t.o = t.dout = NULL;
+  t.lse = NULL;
+  t.dq = NULL;
+  EXPECT(sdpa_bwd_execute(plan, &t, fake(64), ws, NULL), past_checks, "");
+  t = good_tensors();
+  t.total_q = 240;
+  t.total_kv = 0;
+  t.k = t.v = t.dk = t.dv = NULL;
+  EXPECT(sdpa_bwd_execute(plan, &t, fake(64), ws, NULL), past_checks, "");
+  t.total_q = 903;
+  EXPECT(sdpa_bwd_execute(plan, &t, fake(64), ws, NULL), SDPA_STATUS_INVALID_ARGUMENT,
+         "desc.dq strides");
+  sdpa_bwd_plan_destroy(plan);
+
+  /* dv alone */
+  d.dk = (sdpa_strides){0, 0, 0};
+  ck_assert_int_eq(sdpa_bwd_plan_create(&plan, rt, &d), SDPA_STATUS_SUCCESS);
+  t = good_tensors();
+  t.total_q = 240;
+  t.total_kv = 101;
+  EXPECT(sdpa_bwd_execute(plan, &t, fake(64), sdpa_bwd_workspace_size(plan), NULL),
+         SDPA_STATUS_INVALID_ARGUMENT, "desc.dv strides (batch 0, seq 32, head 3200)");
+  NAMES("the 1 x 101 x 2 x 32 output share addresses at tensors.total_kv = 101");
+  sdpa_bwd_plan_destroy(plan);
+
+  /* BSHD outputs were checked whole by the plan: execute adds nothing */
+  d = good_desc(SDPA_LAYOUT_BSHD);
+  d.dq = (sdpa_strides){8 * 256 * 64, 64, 256 * 64};
+  ck_assert_int_eq(sdpa_bwd_plan_create(&plan, rt, &d), SDPA_STATUS_SUCCESS);
+  t = good_tensors();
+  EXPECT(sdpa_bwd_execute(plan, &t, fake(64), sdpa_bwd_workspace_size(plan), NULL),
+         past_checks, "");
+  sdpa_bwd_plan_destroy(plan);
+  sdpa_runtime_destroy(rt);
+}
+END_TEST
+
 /* A compiled plan on a machine without a GPU (a preheating host): execute
  * answers NO_DEVICE with a message, every time, and never crashes. */
 START_TEST(execute_compiled_without_gpu) {
@@ -757,6 +828,7 @@ static Suite *hostile_suite(void) {
   TCase *exec = tcase_create("execute");
   tcase_set_timeout(exec, 300);
   tcase_add_test(exec, execute_rejects_before_the_driver);
+  tcase_add_test(exec, execute_checks_thd_outputs_at_the_totals);
   tcase_add_test(exec, execute_compiled_without_gpu);
   suite_add_tcase(s, exec);
   return s;

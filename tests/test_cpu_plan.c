@@ -382,6 +382,63 @@ START_TEST(negative_or_zero_strides) {
 }
 END_TEST
 
+/* Output strides whose elements would share addresses are refused. BSHD
+ * outputs are checked whole; THD outputs one token at a time, since the
+ * token totals are the call's (execute checks those, test_cpu_hostile): a
+ * head-major output's head stride covers the call's tokens, which may be
+ * fewer than the plan's bound. */
+START_TEST(output_strides_overlap) {
+  sdpa_bwd_desc d = good(); /* 2 x 256 x 8 x 64 */
+  d.dq.batch = 8 * 256 * 64;
+  d.dq.seq = 64;
+  d.dq.head = 255 * 64; /* one row short of [b, h, s, d] */
+  REJECT(d, INVALID_ARGUMENT, "desc.dq strides (batch 131072, seq 64, head 16320)",
+         "the 2 x 256 x 8 x 64 output share addresses");
+  d.dq.head = 256 * 64;
+  sdpa_bwd_plan_destroy(make(&d));
+
+  /* THD, head-major for 240 tokens, bound 903 */
+  d = good();
+  d.layout = SDPA_LAYOUT_THD;
+  d.heads_q = d.heads_kv = 4;
+  d.max_total_q = d.max_total_kv = 903;
+  const sdpa_strides head_major = {0, 64, 240 * 64};
+  d.dq = d.dk = d.dv = head_major;
+  sdpa_bwd_plan *plan = make(&d);
+  const sdpa_bwd_desc *r = &plan->desc;
+  ck_assert_int_eq(r->max_total_q, 903);
+  ck_assert_int_eq(r->dq.seq, 64);
+  ck_assert_int_eq(r->dq.head, 15360);
+  /* at a total: the one check plan and execute share */
+  ck_assert_int_eq(sdpa_output_strides_check("dq", &r->dq, r->layout, 1, 240, 4, 64,
+                                             "tensors.total_q"),
+                   SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(sdpa_output_strides_check("dq", &r->dq, r->layout, 1, 241, 4, 64,
+                                             "tensors.total_q"),
+                   SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_str_eq(sdpa_last_error(),
+                   "desc.dq strides (batch 0, seq 64, head 15360) make elements of the "
+                   "1 x 241 x 4 x 64 output share addresses at tensors.total_q = 241: "
+                   "an output needs every element at an address of its own (e.g. the "
+                   "packed default, all strides 0); a head-major output's head stride "
+                   "must cover the call's tokens");
+  sdpa_bwd_plan_destroy(plan);
+  /* token-major with the bound's tokens is fine at any total */
+  const sdpa_strides token_major = {0, 4 * 64, 64};
+  ck_assert_int_eq(sdpa_output_strides_check("dk", &token_major, SDPA_LAYOUT_THD, 1, 903, 4,
+                                             64, "tensors.total_kv"),
+                   SDPA_STATUS_SUCCESS);
+  /* within one token is still the plan's to refuse */
+  d.dk.head = 32; /* heads half a head_dim apart */
+  REJECT(d, INVALID_ARGUMENT, "desc.dk strides (batch 0, seq 64, head 32)",
+         "one token's 4 x 64 (heads x head_dim) output share addresses");
+  d.dk = head_major;
+  d.dv.seq = 32; /* tokens overlap only across tokens: the call's to say */
+  plan = make(&d);
+  sdpa_bwd_plan_destroy(plan);
+}
+END_TEST
+
 START_TEST(mask_and_window) {
   sdpa_bwd_desc d = good();
   d.mask = (sdpa_mask)4;
@@ -1008,6 +1065,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(tc, head_dim_v_above_head_dim);
   tcase_add_test(tc, stride_not_multiple_of_8);
   tcase_add_test(tc, negative_or_zero_strides);
+  tcase_add_test(tc, output_strides_overlap);
   tcase_add_test(tc, mask_and_window);
   tcase_add_test(tc, scale_not_finite);
   tcase_add_test(tc, arch_unsupported);
