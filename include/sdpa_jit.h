@@ -370,12 +370,12 @@ typedef struct sdpa_bwd_plan_options {
   /* SDPA_JIT_CONFIG_ARCH (testing): pick tiles as for this arch's shared
    * memory (at most the target's) while compiling for the target. */
   int config_arch;
-  /* Version 2. SDPA_JIT_ANY_HEAD_DIM (0, 1): ON plans every head dim the
-   * kernels are built for (head_dim a multiple of 8 from 8 to 256,
-   * head_dim_v a multiple of 8 up to head_dim); OFF (this version's
-   * default) only the measured ones, 32, 64, 96, 128, 192 and 256 (either
-   * head dim): the others are not yet validated on a GPU, and a plan for
-   * one fails with NOT_SUPPORTED saying so. */
+  /* Version 2. SDPA_JIT_ANY_HEAD_DIM (1, 0): ON (the default) plans every
+   * head dim the kernels are built for (head_dim a multiple of 8 from 8 to
+   * 256, head_dim_v a multiple of 8 up to head_dim), each compiled for its
+   * exact value; OFF restricts plans to the measured table's head dims,
+   * 32, 64, 96, 128, 192 and 256 (either head dim), and a plan for another
+   * fails with NOT_SUPPORTED naming the restriction. */
   sdpa_switch any_head_dim;
 } sdpa_bwd_plan_options;
 

@@ -118,12 +118,12 @@ void sdpa_options_read_defaults(sdpa_option_defaults *out) {
     v->graphs = (sdpa_switch)w;
   }
   {
-    static const char *const values[2] = {"0", "1"};
+    static const char *const values[2] = {"1", "0"};
     static const char *const meanings[2] = {
-        "the measured head dims: 32, 64, 96, 128, 192, 256",
-        "every multiple of 8 up to 256, not yet validated on a GPU"};
+        "every multiple of 8 from 8 to 256",
+        "only the measured table's head dims: 32, 64, 96, 128, 192, 256"};
     int w = 0;
-    read_choice("SDPA_JIT_ANY_HEAD_DIM", values, meanings, SDPA_SWITCH_OFF, SDPA_SWITCH_ON, &w,
+    read_choice("SDPA_JIT_ANY_HEAD_DIM", values, meanings, SDPA_SWITCH_ON, SDPA_SWITCH_OFF, &w,
                 out->errors[SDPA_OPTION_ANY_HEAD_DIM], size);
     v->any_head_dim = (sdpa_switch)w;
   }

@@ -690,15 +690,25 @@ static sdpa_status plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
 
   const sdpa_bwd_desc *d = &plan->desc;
   sdpa_key_fields *f = &plan->fields;
+  /* options.any_head_dim OFF: the caller (the plan's options, or the
+   * runtime's default from SDPA_JIT_ANY_HEAD_DIM=0) asked for the measured
+   * table's head dims only. */
   if (plan->options.any_head_dim != SDPA_SWITCH_ON &&
       (!sdpa_config_head_dim_measured(d->head_dim) ||
        !sdpa_config_head_dim_measured(d->head_dim_v))) {
+    const int own = options && options->version != 1 &&
+                    options->any_head_dim == SDPA_SWITCH_OFF;
     status = sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
-                            "desc.head_dim = %d, head_dim_v = %d: the kernels for head dims "
-                            "other than 32, 64, 96, 128, 192 and 256 are built but not yet "
-                            "validated on a GPU in this version; to use them set "
-                            "options.any_head_dim = SDPA_SWITCH_ON (or SDPA_JIT_ANY_HEAD_DIM=1)",
-                            d->head_dim, d->head_dim_v);
+                            "desc.head_dim = %d, head_dim_v = %d: %s restricts plans to the "
+                            "measured head dims 32, 64, 96, 128, 192 and 256; %s to plan "
+                            "every multiple of 8 from 8 to 256",
+                            d->head_dim, d->head_dim_v,
+                            own ? "options.any_head_dim = SDPA_SWITCH_OFF"
+                                : "SDPA_JIT_ANY_HEAD_DIM=0 (the runtime's default of "
+                                  "options.any_head_dim)",
+                            own ? "set options.any_head_dim = SDPA_SWITCH_ON"
+                                : "unset SDPA_JIT_ANY_HEAD_DIM (or set it to 1), or set "
+                                  "options.any_head_dim = SDPA_SWITCH_ON");
     goto done;
   }
   descriptor_fields(plan);

@@ -102,8 +102,8 @@ sdpa_status sdpa_config_select(const sdpa_bwd_desc *resolved,
  * dims in words in buf (returned): the one home of that rule. */
 int sdpa_config_supports_head_dim(int head_dim);
 
-/* Whether `head_dim` is one of the measured table's (and validated on a
- * GPU): the others need options.any_head_dim ON in this version. */
+/* Whether `head_dim` is one of the measured table's (32, 64, 96, 128,
+ * 192, 256): the only ones a plan takes with options.any_head_dim OFF. */
 int sdpa_config_head_dim_measured(int head_dim);
 const char *sdpa_config_head_dim_list(char *buf, size_t size);
 

@@ -831,19 +831,38 @@ START_TEST(test_preheat_sm90_families) {
 }
 END_TEST
 
-/* Head dims beyond the measured six: a usage error (exit 2, naming the
- * option to pass) unless --any-head-dim, with which they compile. */
+/* Every multiple of 8 up to 256 is planned by default. Under
+ * SDPA_JIT_ANY_HEAD_DIM=0 (the measured six only) a head dim beyond them
+ * is a usage error (exit 2, naming the variable and the option to pass)
+ * unless --any-head-dim, with which it compiles. A head dim no kernel is
+ * built for is a usage error either way. */
 START_TEST(test_preheat_any_head_dim) {
-  run_result r = run_cli(test_dir, "--cache '%s' preheat --arch 80 --dtype bf16 --head-dim 80 "
-                         "--mask none --layout thd -j 2", cache_db);
-  ck_assert_msg(r.status == 2, "preheat --head-dim 80 exited %d:\n%s", r.status, r.err);
-  ck_assert_msg(strstr(r.err, "--any-head-dim") && strstr(r.err, "not yet validated"),
-                "stderr: %s", r.err);
-  run_result_free(&r);
-  r = preheat_json("--arch 80 --dtype bf16 --head-dim 80 --mask none --layout thd "
-                   "--any-head-dim", 1);
+  unsetenv("SDPA_JIT_ANY_HEAD_DIM");
+  run_result r = preheat_json("--arch 80 --dtype bf16 --head-dim 80 --mask none --layout thd", 1);
   ck_assert_msg(strstr(r.out, "family=mma;dtype=bf16;hd=80;hdv=80;"), "keys: %s", r.out);
   run_result_free(&r);
+  r = run_cli(test_dir, "--cache '%s' preheat --arch 80 --dtype bf16 --head-dim 84 "
+              "--mask none --layout thd -j 2", cache_db);
+  ck_assert_msg(r.status == 2, "preheat --head-dim 84 exited %d:\n%s", r.status, r.err);
+  ck_assert_msg(strstr(r.err, "desc.head_dim = 84 is not supported: supported are multiples "
+                              "of 8 from 8 to 256"),
+                "stderr: %s", r.err);
+  run_result_free(&r);
+
+  ck_assert_int_eq(setenv("SDPA_JIT_ANY_HEAD_DIM", "0", 1), 0);
+  r = run_cli(test_dir, "--cache '%s' preheat --arch 80 --dtype bf16 --head-dim 72 "
+              "--mask none --layout thd -j 2", cache_db);
+  ck_assert_msg(r.status == 2, "SDPA_JIT_ANY_HEAD_DIM=0 preheat --head-dim 72 exited %d:\n%s",
+                r.status, r.err);
+  ck_assert_msg(strstr(r.err, "--head-dim 72") && strstr(r.err, "SDPA_JIT_ANY_HEAD_DIM=0") &&
+                    strstr(r.err, "--any-head-dim"),
+                "stderr: %s", r.err);
+  run_result_free(&r);
+  r = preheat_json("--arch 80 --dtype bf16 --head-dim 72 --mask none --layout thd "
+                   "--any-head-dim", 1);
+  ck_assert_msg(strstr(r.out, "family=mma;dtype=bf16;hd=72;hdv=72;"), "keys: %s", r.out);
+  run_result_free(&r);
+  unsetenv("SDPA_JIT_ANY_HEAD_DIM");
 }
 END_TEST
 

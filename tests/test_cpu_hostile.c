@@ -760,7 +760,7 @@ static int leak_cycles(int cycles) {
     failures += sdpa_bwd_plan_create(&again, rt, &d) != SDPA_STATUS_SUCCESS;
     failures += sdpa_bwd_compile(again, &source) != SDPA_STATUS_SUCCESS;
     failures += source != SDPA_SOURCE_MEMORY;
-    d.head_dim = 80; /* an error path */
+    d.head_dim = 84; /* an error path: not a multiple of 8 */
     failures += sdpa_bwd_plan_create(&bad, rt, &d) == SDPA_STATUS_SUCCESS;
     sdpa_bwd_tensors t = SDPA_BWD_TENSORS_INIT;
     failures += sdpa_bwd_execute(plan, &t, NULL, 0, NULL) ==

@@ -280,26 +280,53 @@ START_TEST(head_dim_unsupported) {
   d = good();
   d.head_dim_v = 44;
   REJECT(d, INVALID_ARGUMENT, "desc.head_dim_v = 44 is not supported");
-  /* any multiple of 8 up to 256 is planned with options.any_head_dim
-   * (or SDPA_JIT_ANY_HEAD_DIM=1); by default only the measured ones */
+  d = good();
+  d.head_dim = 128;
+  d.head_dim_v = 136;
+  REJECT(d, INVALID_ARGUMENT, "desc.head_dim_v = 136 is larger than desc.head_dim = 128");
+  /* every multiple of 8 up to 256 is planned by default (options.any_head_dim
+   * ON); OFF, the plan's own or SDPA_JIT_ANY_HEAD_DIM=0's, restricts plans
+   * to the measured six */
+  runtime_with_env("SDPA_JIT_ANY_HEAD_DIM", NULL);
   d = good();
   d.head_dim = 80;
   d.head_dim_v = 40;
-  REJECT(d, NOT_SUPPORTED, "desc.head_dim = 80, head_dim_v = 40", "not yet validated",
-         "options.any_head_dim");
-  d.head_dim = 128;
-  REJECT(d, NOT_SUPPORTED, "head_dim_v = 40", "SDPA_JIT_ANY_HEAD_DIM=1");
-  d.head_dim_v = 64;
-  sdpa_bwd_plan_destroy(make(&d));
+  sdpa_bwd_plan *plan = make(&d);
+  ck_assert_int_eq(plan->options.any_head_dim, SDPA_SWITCH_ON);
+  ck_assert_int_eq(plan->fields.head_dim, 80);
+  ck_assert_int_eq(plan->fields.head_dim_v, 40);
+  sdpa_bwd_plan_destroy(plan);
+  const int odd[][2] = {{8, 8}, {16, 8}, {72, 72}, {248, 120}, {256, 248}};
+  for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+    d.head_dim = odd[i][0];
+    d.head_dim_v = odd[i][1];
+    sdpa_bwd_plan_destroy(make(&d));
+  }
   d.head_dim = 80;
   d.head_dim_v = 40;
   sdpa_bwd_plan_options any = SDPA_BWD_PLAN_OPTIONS_INIT;
-  any.any_head_dim = SDPA_SWITCH_ON;
+  any.any_head_dim = SDPA_SWITCH_OFF;
+  REJECT_WITH(d, any, NOT_SUPPORTED, "desc.head_dim = 80, head_dim_v = 40",
+              "options.any_head_dim = SDPA_SWITCH_OFF restricts plans to the measured head "
+              "dims 32, 64, 96, 128, 192 and 256",
+              "set options.any_head_dim = SDPA_SWITCH_ON");
+  d.head_dim = 128;
+  REJECT_WITH(d, any, NOT_SUPPORTED, "head_dim_v = 40", "restricts");
+  d.head_dim_v = 64;
+  sdpa_bwd_plan_destroy(make_with(&d, &any));
+  runtime_with_env("SDPA_JIT_ANY_HEAD_DIM", "0");
+  sdpa_bwd_plan_destroy(make(&d)); /* 128 / 64: measured */
+  d.head_dim = 80;
+  d.head_dim_v = 40;
+  REJECT(d, NOT_SUPPORTED, "desc.head_dim = 80, head_dim_v = 40",
+         "SDPA_JIT_ANY_HEAD_DIM=0 (the runtime's default of options.any_head_dim) restricts",
+         "unset SDPA_JIT_ANY_HEAD_DIM");
+  any.any_head_dim = SDPA_SWITCH_ON; /* a plan's own choice wins */
   sdpa_bwd_plan_destroy(make_with(&d, &any));
   runtime_with_env("SDPA_JIT_ANY_HEAD_DIM", "1");
   sdpa_bwd_plan_destroy(make(&d));
-  any.any_head_dim = SDPA_SWITCH_OFF; /* a plan's own choice wins */
-  REJECT_WITH(d, any, NOT_SUPPORTED, "not yet validated");
+  any.any_head_dim = SDPA_SWITCH_OFF;
+  REJECT_WITH(d, any, NOT_SUPPORTED, "options.any_head_dim = SDPA_SWITCH_OFF restricts");
   runtime_with_env("SDPA_JIT_ANY_HEAD_DIM", "yes");
   REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_ANY_HEAD_DIM = \"yes\" is not valid");
   runtime_with_env("SDPA_JIT_ANY_HEAD_DIM", NULL);

@@ -15,9 +15,9 @@ to 256 with head_dim_v <= head_dim. Each value of each of these is spread
 evenly over the list (each list shuffled on its own) and the sizes are
 drawn per case; cases come in threes that share a kernel, so that
 compiling stays a fraction of the run. A case the library refuses at plan
-time (a head dim it does not take: beyond the measured six it wants
-SDPA_JIT_ANY_HEAD_DIM=1) is reported as skipped-unsupported with its
-message, and counted.
+time (a head dim it does not take: under SDPA_JIT_ANY_HEAD_DIM=0 only the
+measured six) is reported as skipped-unsupported with its message, and
+counted.
 
 Inputs and references
 ---------------------
@@ -114,8 +114,8 @@ MASKS = ("none", "causal_tl", "causal_br", "window")
 GROUPS = (1, 2, 4, 8)
 # (head_dim, head_dim_v): the measured head dims, drawn twice as often, and
 # other multiples of 8 from 8 to 256 (head_dim_v <= head_dim), which the
-# library plans only with any_head_dim (SDPA_JIT_ANY_HEAD_DIM=1) and
-# refuses at plan time otherwise.
+# library plans by default (any_head_dim ON) and refuses at plan time under
+# SDPA_JIT_ANY_HEAD_DIM=0.
 HEAD_DIMS = ((32, 32), (64, 64), (96, 96), (128, 128), (192, 192), (256, 256),
              (128, 64), (192, 128), (256, 128))
 NEW_HEAD_DIMS = ((8, 8), (16, 16), (40, 40), (72, 72), (80, 80), (112, 112), (160, 160),

@@ -333,7 +333,9 @@ def runtime():
 
 @pytest.mark.parametrize("fields, cls, field_text", [
     (dict(head_dim=100), sdpa_jit.InvalidArgumentError, "desc.head_dim = 100 is not supported"),
-    (dict(head_dim=80), sdpa_jit.NotSupportedError, "not yet validated on a GPU"),
+    (dict(head_dim=264), sdpa_jit.InvalidArgumentError,
+     "desc.head_dim = 264 is not supported: supported are multiples of 8 from 8 to 256"),
+    (dict(head_dim_v=36), sdpa_jit.InvalidArgumentError, "desc.head_dim_v = 36 is not supported"),
     (dict(dtype=7), sdpa_jit.InvalidArgumentError, "desc.dtype = 7"),
     (dict(heads_q=6, heads_kv=4), sdpa_jit.InvalidArgumentError, "heads_q 6 is not a multiple of heads_kv 4"),
     (dict(batch=0), sdpa_jit.InvalidArgumentError, "desc.batch = 0"),
@@ -355,6 +357,30 @@ def test_plan_errors_name_the_field(runtime, fields, cls, field_text):
                         else sdpa_jit.Status.INVALID_ARGUMENT)
     assert isinstance(e, ValueError) and isinstance(e, sdpa_jit.SdpaError)
     assert str(e).startswith(f"sdpa_bwd_plan_create: {e.status_name}: ")
+
+
+def test_every_multiple_of_8_is_planned_unless_restricted(monkeypatch):
+    """options.any_head_dim is ON by default; OFF (the plan's own, or
+    SDPA_JIT_ANY_HEAD_DIM=0 read when the runtime is made) restricts plans
+    to the measured head dims, with a message naming the restriction."""
+    if not LIB or not os.path.exists(LIB):
+        pytest.skip("no libsdpa_jit.so")
+    monkeypatch.delenv("SDPA_JIT_ANY_HEAD_DIM", raising=False)
+    with sdpa_jit.Runtime(arch=90, disable_disk_cache=True) as rt:
+        for d, dv in ((8, 8), (80, 40), (248, 248), (256, 120)):
+            plan = rt.plan(_desc(head_dim=d, head_dim_v=dv))
+            assert f"hd={d};hdv={dv};" in plan.key
+            plan.destroy()
+        with pytest.raises(sdpa_jit.NotSupportedError) as info:
+            rt.plan(_desc(head_dim=80), options={"any_head_dim": sdpa_jit.Switch.OFF})
+        assert info.value.message.startswith("desc.head_dim = 80, head_dim_v = 80: "
+                                             "options.any_head_dim = SDPA_SWITCH_OFF restricts")
+    monkeypatch.setenv("SDPA_JIT_ANY_HEAD_DIM", "0")
+    with sdpa_jit.Runtime(arch=90, disable_disk_cache=True) as rt:
+        with pytest.raises(sdpa_jit.NotSupportedError, match="SDPA_JIT_ANY_HEAD_DIM=0"):
+            rt.plan(_desc(head_dim=80))
+        rt.plan(_desc(head_dim=80), options={"any_head_dim": sdpa_jit.Switch.ON}).destroy()
+        rt.plan(_desc(head_dim=128, head_dim_v=64)).destroy()
 
 
 def test_error_is_thread_local_and_picklable(runtime):

@@ -20,10 +20,10 @@ PyTorch's low-precision peer accumulates in fp32.
 
 writes dir/accuracy.json and dir/accuracy.md (default: pytest's temporary
 directory) and prints the summary table; SDPA_JIT_ACCURACY_CASES and
-SDPA_JIT_ACCURACY_SEED change the list, and SDPA_JIT_ANY_HEAD_DIM=1 (the
-library's plan default) lets the head dims beyond the measured six run
-instead of being skipped. The test fails listing every failing case and
-gradient.
+SDPA_JIT_ACCURACY_SEED change the list, and SDPA_JIT_ANY_HEAD_DIM=0 (the
+runtime's default of the plan option any_head_dim) restricts the run to
+the measured six head dims, the others skipped. The test fails listing
+every failing case and gradient.
 """
 import concurrent.futures
 import contextlib

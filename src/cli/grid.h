@@ -34,7 +34,8 @@ typedef struct cli_grid {
   cli_list arch, dtype, head_dim, mask, layout, lse_strided, deterministic,
       even, dq_main, tiles;
   int head_dim_v;   /* 0: same as head_dim */
-  int any_head_dim; /* plans take options.any_head_dim ON */
+  int any_head_dim; /* plans take options.any_head_dim ON, whatever
+                       SDPA_JIT_ANY_HEAD_DIM says (--any-head-dim) */
 } cli_grid;
 
 /* One point of the grid. even is -1 under THD (does not apply). */

@@ -73,8 +73,10 @@ static void print_help(void) {
       "  --arch LIST            compute capabilities, e.g. 80,90\n"
       "                         (default: the local GPU's, else 90)\n"
       "  --dtype LIST           %s (default bf16,fp16)\n"
-      "  --head-dim LIST        head dims of Q and K (default 64,128)\n"
-      "  --head-dim-v N         head dim of V, O, dO (default: head dim)\n"
+      "  --head-dim LIST        head dims of Q and K, multiples of 8 from 8\n"
+      "                         to 256 (default 64,128)\n"
+      "  --head-dim-v N         head dim of V, O, dO, a multiple of 8 up to\n"
+      "                         the head dim (default: head dim)\n"
       "  --mask LIST            %s\n"
       "                         (default none,causal_br)\n"
       "  --layout LIST          %s (default bshd,thd)\n"
@@ -90,9 +92,10 @@ static void print_help(void) {
       "                         BSHD problems whose main kernel runs at\n"
       "                         most 64 blocks of 128 kv rows (causal:\n"
       "                         128), not deterministic (default both)\n"
-      "  --any-head-dim         plan head dims beyond 32, 64, 96, 128, 192,\n"
-      "                         256 (multiples of 8 up to 256; not yet\n"
-      "                         validated on a GPU: options.any_head_dim)\n"
+      "  --any-head-dim         plan every multiple of 8 up to 256 even under\n"
+      "                         SDPA_JIT_ANY_HEAD_DIM=0 (which restricts plans\n"
+      "                         to 32, 64, 96, 128, 192, 256); the default\n"
+      "                         plans them all (options.any_head_dim ON)\n"
       "  -j, --jobs N           compile threads (default: online CPUs)\n"
       "  --json                 one JSON object per key, then the summary\n"
       "                         as a JSON object\n"
@@ -289,7 +292,8 @@ static int check_head_dims(cli_args *args, const cli_grid *grid) {
       rc = cli_usage_error(args, "--head-dim %d%s: %s", d.head_dim,
                            grid->head_dim_v ? " with --head-dim-v" : "", sdpa_last_error());
     else if (st == SDPA_STATUS_NOT_SUPPORTED && !grid->any_head_dim)
-      rc = cli_usage_error(args, "--head-dim %d%s: %s (preheat: --any-head-dim)", d.head_dim,
+      rc = cli_usage_error(args, "--head-dim %d%s: %s (preheat --any-head-dim plans it anyway)",
+                           d.head_dim,
                            grid->head_dim_v ? " with --head-dim-v" : "", sdpa_last_error());
   }
   sdpa_runtime_destroy(probe);
