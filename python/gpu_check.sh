@@ -10,7 +10,8 @@
 #   python/gpu_check.sh [preheat] [tests] [accuracy] [bench] [train] [ddp]   (default: all, in this order)
 # Each step has a time cap (seconds, overridable: PREHEAT_S, TESTS_S, ACCURACY_S,
 # BENCH_S, TRAIN_S, DDP_S; TRAIN_ATTENTION: train_gpt's --attention) so that a slow one leaves time to the others.
-# accuracy: test_gpu_accuracy.py alone, its reports in $OUT/accuracy.
+# accuracy: test_gpu_accuracy.py alone, its reports in $OUT/accuracy (SDPA_JIT_ANY_HEAD_DIM=0
+# restricts it to the measured head dims; the tests step runs without that variable).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -77,7 +78,10 @@ for step in $steps; do
       note "  $(grep -h '^sdpa_jit ' "$LOG" | tail -1)"
       note "  $(grep -h 'vs the one-GPU run' "$LOG" | tail -1)" ;;
     tests)
-      SDPA_JIT_TEST_REPORT=$OUT/errors.jsonl timeout ${TESTS_S:-120} python3 -m pytest -p no:cacheprovider \
+      # The tests expect the library's default head dims (every multiple of
+      # 8 up to 256): a caller's SDPA_JIT_ANY_HEAD_DIM is for the accuracy step.
+      env -u SDPA_JIT_ANY_HEAD_DIM SDPA_JIT_TEST_REPORT=$OUT/errors.jsonl timeout ${TESTS_S:-120} \
+        python3 -m pytest -p no:cacheprovider \
         -rs -q --timeout 60 --junitxml="$OUT/pytest.xml" --deselect python/tests/test_gpu_accuracy.py \
         python/tests 2>&1 | tee -a "$LOG" | tail -40  # the accuracy test: its own step
       note "tests: rc=${PIPESTATUS[0]}: $(grep -hE '^[0-9]+ (passed|failed)|^=+ .*(passed|failed)' "$LOG" | tail -1)"
