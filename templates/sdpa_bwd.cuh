@@ -144,13 +144,19 @@ static_assert(SMEM_V - SMEM_K >= N * LD_D * 2 && SMEM_Q - SMEM_V >= N * LD_DV * 
 
 #define LOG2E 1.4426950408889634f
 
-/* dS from P in fp32 (1), as FlashAttention-2 computes it: one rounding;
- * or (0) from the P rounded to the dtype for dV: two roundings, three for
- * bf16's packed product, with only the packed P live across the dP GEMM.
- * A measurement switch (bench/NOTES.md: 1 spills 12-108 B at head_dim 128,
- * where dK and dV hold 128 registers): off. */
-#ifndef SDPA_DS_FP32_P
-#define SDPA_DS_FP32_P 0
+/* dS from P in fp32 (1), as FlashAttention-2 computes it: one rounding,
+ * with the fp32 P live across the dP GEMM; or (0) from the P rounded to
+ * the dtype for dV, multiplied in fp32: two roundings, only the packed P
+ * live. By default 1 on sm_90 and later where the dK/dV accumulators take
+ * fewer than 128 registers a thread (at 128 it spilled 20-44 B: head dims
+ * 120-128 on sm_90; on sm_80 it spilled at head dims 32-128:
+ * bench/NOTES.md). */
+#ifdef SDPA_DS_FP32_P
+constexpr bool DS_FP32_P = SDPA_DS_FP32_P;
+#elif __CUDA_ARCH__ >= 900
+constexpr bool DS_FP32_P = KV_TN * (KV_TD + KV_TDV) / 32 < 128;
+#else
+constexpr bool DS_FP32_P = false;
 #endif
 
 /* P and dS go to shared memory by stmatrix (sm_90 and later), except
@@ -465,7 +471,7 @@ SDPA_DEVICE void mask_tile(float (&acc_s)[S_TM / 16][S_TN / 8][4], int s_m, int 
 
 /* P = exp2(S * scale_log2 - LSE * log2e) for a warp's S tile, to shared
  * memory and packed into p_pk (and in place into acc_s, fp32, with
- * SDPA_DS_FP32_P). A row whose LSE is -inf sees no key: its
+ * DS_FP32_P). A row whose LSE is -inf sees no key: its
  * LSE is taken as +inf, so P = 0 (and a -inf score never meets a -inf
  * LSE: no NaN). MASKED: P = 0 outside each row's visible columns, for the
  * 4-warp configurations (the 128-register dK/dV accumulators leave no room
@@ -493,7 +499,7 @@ SDPA_DEVICE void softmax_tile(float (&acc_s)[S_TM / 16][S_TN / 8][4],
           const int c = s_n + nj * 8 + 2 * t + e;
           pv[e] = fast_exp2(acc_s[mi][nj][hf * 2 + e] * scale_log2 - row_lse);
           if (MASKED && (c < cmin || c > cmax)) pv[e] = 0.f;
-          if (SDPA_DS_FP32_P) acc_s[mi][nj][hf * 2 + e] = pv[e];
+          if (DS_FP32_P) acc_s[mi][nj][hf * 2 + e] = pv[e];
         }
         p_pk[mi][hf][nj] = pack2<DT>(pv[0], pv[1]);
         if (!STSM) *(u32 *)(sP + r * LD_N + s_n + nj * 8 + 2 * t) = p_pk[mi][hf][nj];
@@ -553,13 +559,8 @@ SDPA_DEVICE void scores_and_ds(const sdpa_kernel_params &p, bool visible, const 
                                const float *lse, const float *dlt, int s_m, int s_n, int g,
                                int t) {
   u32 p_pk[S_TM / 16][2][S_TN / 8];
-#if SDPA_DS_FP32_P
-  float acc_s[S_TM / 16][S_TN / 8][4]; /* S, then P: live until dS */
-#endif
+  float acc_s[S_TM / 16][S_TN / 8][4]; /* S, then P (live until dS with DS_FP32_P) */
   {
-#if !SDPA_DS_FP32_P
-    float acc_s[S_TM / 16][S_TN / 8][4];
-#endif
     zero_acc(acc_s);
     warp_gemm<DT, S_TM, S_TN, D, false, false>(acc_s, sQ + s_m * LD_D, LD_D,
                                                sK + s_n * LD_D, LD_D);
@@ -600,24 +601,20 @@ SDPA_DEVICE void scores_and_ds(const sdpa_kernel_params &p, bool visible, const 
 #pragma unroll
       for (int nj = 0; nj < S_TN / 8; ++nj) {
         const u32 pp = p_pk[mi][hf][nj];
-#if SDPA_DS_FP32_P
-        (void)pp;
-        ds_pk[mi][hf][nj] = pack2<DT>(acc_s[mi][nj][hf * 2] * (acc_dp[mi][nj][hf * 2] - row_delta),
-                                      acc_s[mi][nj][hf * 2 + 1] *
-                                          (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
-#elif SDPA_DTYPE == 2
-        /* bf16 keeps fp32's range: multiply the pairs packed (one
-         * rounding of dP - Delta more than the fp32 product). */
-        ds_pk[mi][hf][nj] = mul_bf16x2(
-            pp, pack2<DT>(acc_dp[mi][nj][hf * 2] - row_delta,
-                          acc_dp[mi][nj][hf * 2 + 1] - row_delta));
-#else
-        /* fp16: dP - Delta may exceed its range where dS does not. */
-        const float p0 = to_float<DT>((u16)(pp & 0xffff));
-        const float p1 = to_float<DT>((u16)(pp >> 16));
-        ds_pk[mi][hf][nj] = pack2<DT>(p0 * (acc_dp[mi][nj][hf * 2] - row_delta),
-                                      p1 * (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
-#endif
+        if constexpr (DS_FP32_P) {
+          (void)pp;
+          ds_pk[mi][hf][nj] =
+              pack2<DT>(acc_s[mi][nj][hf * 2] * (acc_dp[mi][nj][hf * 2] - row_delta),
+                        acc_s[mi][nj][hf * 2 + 1] * (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
+        } else {
+          /* From the P rounded for dV, multiplied in fp32: two roundings
+           * (bf16's packed product made three); for fp16 dP - Delta may
+           * also exceed its range where dS does not. */
+          const float p0 = to_float<DT>((u16)(pp & 0xffff));
+          const float p1 = to_float<DT>((u16)(pp >> 16));
+          ds_pk[mi][hf][nj] = pack2<DT>(p0 * (acc_dp[mi][nj][hf * 2] - row_delta),
+                                        p1 * (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
+        }
         if (!STSM) *(u32 *)(sdS + r * LD_N + s_n + nj * 8 + 2 * t) = ds_pk[mi][hf][nj];
       }
     }

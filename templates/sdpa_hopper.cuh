@@ -82,6 +82,12 @@
 #define SDPA_HOPPER_DQ_BULK 0
 #endif
 
+/* dS from P in fp32 (1: FlashAttention-2's one rounding; its P stays
+ * live across the dP GEMM's wait) or from the P rounded for dV (0). */
+#ifndef SDPA_HOPPER_DS_FP32_P
+#define SDPA_HOPPER_DS_FP32_P 1
+#endif
+
 /* The configuration of this key, and the one the traits choose for its
  * head dims: the translation unit's tiles must be those. */
 constexpr sdpa_hopper_config HOP_CFG = {D, DV, HOP_M, HOP_N, SDPA_WARPS, HOP_STAGES};
@@ -162,11 +168,11 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
 #define BAR_EMPTY(s) (SMEM_BAR + 8 * (HOP_STAGES + (s)))
 #define BAR_KV (SMEM_BAR + 8 * 2 * HOP_STAGES)
 /* Arrivals that complete a phase: full = the TMA thread (with its bytes)
- * + the ROW_THREADS threads of the LSE/Delta rows; empty = the 8
- * consumer warps. */
+ * + the ROW_THREADS threads of the LSE/Delta rows; empty = every
+ * consumer thread. */
 #define ROW_THREADS 64
 #define FULL_ARRIVALS (1 + ROW_THREADS)
-#define EMPTY_ARRIVALS (4 * SDPA_HOPPER_CONSUMERS)
+#define EMPTY_ARRIVALS (128 * SDPA_HOPPER_CONSUMERS)
 
 /* dQ tile split between the consumers: M = 128, 64 query rows each; else
  * half the head dim each (each half inside 64-column boxes). */
@@ -429,11 +435,11 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
         for (int r = 0; r < 4; ++r)
           pf[kk][r] = pack2<DT>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 
-      /* ---- dS^T = P^T (dP^T - Delta), from the rounded P that dV uses
-       * (so P's fp32 values die here). bf16 keeps fp32's range: the pairs
-       * are multiplied packed (one rounding of dP - Delta more than the
-       * fp32 product, as the mma family does); fp16 multiplies in fp32
-       * (dP - Delta may exceed its range where dS does not). */
+      /* ---- dS^T = P^T (dP^T - Delta). SDPA_HOPPER_DS_FP32_P 1: from the
+       * fp32 P, one rounding (FlashAttention-2's); 0: from the rounded P
+       * that dV uses (bf16: the pairs multiplied packed, three roundings;
+       * fp16: in fp32, two; dP - Delta may exceed fp16's range where dS
+       * does not). P^T's pair for (j, hf) is s[4j + 2hf], s[4j + 2hf + 1]. */
       wgmma_wait<0>();
       reg_fence(dp);
 #pragma unroll
@@ -441,8 +447,11 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
         const float2 dl = *(const float2 *)(dls + 8 * j + 2 * t);
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          const u32 pp = pf[j / 2][2 * (j % 2) + hf];
           const float x0 = dp[4 * j + 2 * hf] - dl.x, x1 = dp[4 * j + 2 * hf + 1] - dl.y;
+#if SDPA_HOPPER_DS_FP32_P
+          df[j / 2][2 * (j % 2) + hf] = pack2<DT>(s[4 * j + 2 * hf] * x0, s[4 * j + 2 * hf + 1] * x1);
+#else
+          const u32 pp = pf[j / 2][2 * (j % 2) + hf];
 #if SDPA_DTYPE == 2
           df[j / 2][2 * (j % 2) + hf] = mul_bf16x2(pp, pack2<DT>(x0, x1));
 #else
@@ -452,6 +461,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
               : "=f"(p0), "=f"(p1)
               : "r"(pp));
           df[j / 2][2 * (j % 2) + hf] = pack2<DT>(p0 * x0, p1 * x1);
+#endif
 #endif
         }
       }
@@ -497,9 +507,11 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     }
     wgmma_commit();
 
-    /* dV, dK done: the stage's Q and dO are free. */
+    /* dV, dK done: the stage's Q and dO are free, and its LSE and Delta
+     * rows: every consumer thread arrives (an arrival releases only its
+     * own thread's reads of them). */
     wgmma_wait<1>();
-    if (lane == 0) mbar_arrive(base + BAR_EMPTY(stage));
+    mbar_arrive(base + BAR_EMPTY(stage));
     wgmma_wait<0>();
     reg_fence(dq);
 
