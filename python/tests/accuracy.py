@@ -52,7 +52,7 @@ The floor is the fp32 reference's own resolution, measured per case and
 gradient: twice the largest disagreement between two fp32 computations of
 that gradient, autograd through the softmax (ref32) and FlashAttention's
 backward formulas dS = P * (dP - rowsum(dO * O)) (the ones the kernels
-use; formula_gradients()):
+use; formula_gradients(), with Delta summed in fp64 and rounded once):
 
     floor = 2 * max |ref32 - ref32_formulas|
 
@@ -63,7 +63,8 @@ size and the ratios decide alone. Where a gradient is nothing but fp32
 rounding it is that rounding: when every row sees exactly one key (a key
 length of 1, a window of width 0) dS = P * (dP - Delta) cancels exactly,
 the gradient is 0, and an fp32 computation gets noise (which no kernel can
-be held below) while PyTorch's low-precision one may get exactly 0. A
+be held below) while PyTorch's low-precision one may get exactly 0; the
+twin's Delta, rounded once from fp64, makes the floor that noise. A
 constant floor would be wrong at one end or the other: the dtype's
 rounding, u * max|ref| (u = 2^-8 for bf16, 2^-11 for fp16), is the size of
 a good kernel's whole error (0.7 to 1.7 u * max|ref| for an emulation of
@@ -527,7 +528,7 @@ def gradients(case, inputs, fn, dtype, want_lse=False):
     return out.detach(), (lse.detach() if lse is not None else None), grads
 
 
-def _formula_block(q, k, v, o, dout, lse, ok, scale, rnd):
+def _formula_block(q, k, v, o, dout, lse, ok, scale, rnd, delta64=False):
     group = q.shape[1] // k.shape[1]
     ke, ve = expand_heads(k, group), expand_heads(v, group)
     s = torch.matmul(q, ke.transpose(-1, -2)) * scale
@@ -535,7 +536,10 @@ def _formula_block(q, k, v, o, dout, lse, ok, scale, rnd):
     p = torch.where(ok & torch.isfinite(row), torch.exp(s - row), torch.zeros_like(s))
     dv = torch.matmul(rnd(p).transpose(-1, -2), dout)
     dp = torch.matmul(dout, ve.transpose(-1, -2))
-    delta = (dout * o).sum(dim=-1, keepdim=True)
+    if delta64:  # the same sum rounded once: dP - Delta differs from ref32's by fp32 rounding alone
+        delta = (dout.double() * o.double()).sum(dim=-1, keepdim=True).float()
+    else:
+        delta = (dout * o).sum(dim=-1, keepdim=True)
     ds = rnd(p * (dp - delta))
     dq = torch.matmul(ds, ke) * scale
     dk = torch.matmul(ds.transpose(-1, -2), q) * scale
@@ -550,7 +554,10 @@ def formula_gradients(case, inputs, out, lse, round_to=None):
     dQ = scale * dS K, dK = scale * dS^T Q, GQA summed over the group in
     fp32. round_to (a torch dtype): P and dS are rounded to it before their
     products and the results at the end, as the kernels do; None: all fp32
-    (the second fp32 computation behind the floor)."""
+    (the second fp32 computation behind the floor), with Delta summed in
+    fp64 and rounded once, so that where dS = P * (dP - Delta) cancels (a
+    row that sees one key) the twin differs from ref32 by fp32's rounding
+    of that cancellation, as any fp32 kernel does."""
     f32 = [x.float() for x in (inputs.q, inputs.k, inputs.v, inputs.dout)]
     q, k, v, dout = f32
     o = out.float()
@@ -558,7 +565,8 @@ def formula_gradients(case, inputs, out, lse, round_to=None):
     rnd = (lambda x: x.to(round_to).float()) if round_to is not None else (lambda x: x)
     if case.layout == "bshd":
         ok = visible(case.seqlen_q, case.seqlen_kv, case.mask, case.window_left, case.window_right, q.device)
-        dq, dk, dv = _formula_block(*(x.transpose(1, 2) for x in (q, k, v, o, dout)), lse, ok, case.scale, rnd)
+        dq, dk, dv = _formula_block(*(x.transpose(1, 2) for x in (q, k, v, o, dout)), lse, ok, case.scale, rnd,
+                                    round_to is None)
         grads = [g.transpose(1, 2).contiguous() for g in (dq, dk, dv)]
     else:
         grads = [torch.zeros_like(x) for x in (q, k, v)]
@@ -567,7 +575,7 @@ def formula_gradients(case, inputs, out, lse, round_to=None):
                 continue
             ok = visible(q1 - q0, k1 - k0, case.mask, case.window_left, case.window_right, q.device)
             blocks = [x.transpose(0, 1)[None] for x in (q[q0:q1], k[k0:k1], v[k0:k1], o[q0:q1], dout[q0:q1])]
-            dq, dk, dv = _formula_block(*blocks, lse[:, q0:q1][None], ok, case.scale, rnd)
+            dq, dk, dv = _formula_block(*blocks, lse[:, q0:q1][None], ok, case.scale, rnd, round_to is None)
             grads[0][q0:q1] = dq[0].transpose(0, 1)
             grads[1][k0:k1] = dk[0].transpose(0, 1)
             grads[2][k0:k1] = dv[0].transpose(0, 1)
