@@ -9,7 +9,7 @@
 # a summary is printed last.
 #   python/gpu_check.sh [preheat] [tests] [accuracy] [bench] [train] [ddp]   (default: all, in this order)
 # Each step has a time cap (seconds, overridable: PREHEAT_S, TESTS_S, ACCURACY_S,
-# BENCH_S, TRAIN_S, DDP_S; TRAIN_ATTENTION: train_gpt's --attention) so that a slow one leaves time to the others.
+# BENCH_S, TRAIN_S, DDP_S; TRAIN_ATTENTION: train_gpt's --attention; TILES_SWEEP: its --tiles-sweep, empty for none) so that a slow one leaves time to the others.
 # accuracy: test_gpu_accuracy.py alone, its reports in $OUT/accuracy (SDPA_JIT_ANY_HEAD_DIM=0
 # restricts it to the measured head dims; the tests step runs without that variable).
 set -uo pipefail
@@ -58,7 +58,7 @@ for step in $steps; do
     train)
       timeout ${TRAIN_S:-60} python3 examples/train_gpt.py --profile --out "$OUT" \
         --attention "${TRAIN_ATTENTION:-torch,sdpa_jit,sdpa_jit:flash}" \
-        --tiles-sweep "${TILES_SWEEP:-64,128,8,2;128,64,8,2;64,64,8,2;128,128,8,1}" 2>&1 | tee -a "$LOG"
+        --tiles-sweep "${TILES_SWEEP-64,128,8,2;128,64,8,2;64,64,8,2;128,128,8,1}" 2>&1 | tee -a "$LOG"
       note "train (1 GPU): rc=${PIPESTATUS[0]}: $(grep -h '^attention alone' "$LOG" | tail -1)"
       while read -r line; do note "  $line"; done < <(grep -hE '^  (torch|sdpa_jit) [a-z=()]+ +[0-9.n]|^    (table|[0-9]+,)' "$LOG" | tail -11)
       while read -r line; do note "  $line"; done < <(grep -hE '^(torch|sdpa_jit[:a-z]*) +[0-9.]+ +[0-9]+ ' "$LOG" | tail -3)
