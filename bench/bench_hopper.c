@@ -151,12 +151,14 @@ typedef struct hmodule {
 static hmodule modules[MAX_MODULES];
 static int module_count;
 
-/* Whether a --define turns the bulk-reduce dQ variant on (it changes the
- * shared-memory carve). */
+/* Whether the kernels reduce dQ by bulk reduce-adds (the default, or a
+ * --define SDPA_HOPPER_DQ_BULK=0/1: it changes the shared-memory carve). */
 static int dq_bulk_defined(void) {
-  for (int i = 0; i < extra_define_count; i++)
+  for (int i = 0; i < extra_define_count; i++) {
     if (!strcmp(extra_defines[i], "SDPA_HOPPER_DQ_BULK=1")) return 1;
-  return 0;
+    if (!strcmp(extra_defines[i], "SDPA_HOPPER_DQ_BULK=0")) return 0;
+  }
+  return SDPA_HOPPER_DQ_BULK_DEFAULT;
 }
 
 static sdpa_hopper_config key_config(const hkey *k) {

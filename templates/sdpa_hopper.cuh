@@ -55,8 +55,8 @@
  * input. The block index order is the mma family's (decode_block).
  *
  * Compile-time variants besides the key (bench_hopper --define):
- * SDPA_HOPPER_DQ_BULK (dQ through shared memory and bulk reduce-adds; its
- * carve is sdpa_hopper_smem_layout_variant(c, 1)), SDPA_HOPPER_ABLATE
+ * SDPA_HOPPER_DQ_BULK (0: dQ reduced from registers; its carve is
+ * sdpa_hopper_smem_layout_variant(c, 0)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_ABLATE
  * (measurement only), SDPA_HOPPER_PRODUCER_REGS / _CONSUMER_REGS.
  */
 #include "sdpa_params.h"
@@ -72,14 +72,14 @@
 #define HOP_STAGES SDPA_STAGES
 #define HOP_THREADS (32 * SDPA_WARPS)
 
-/* dQ reduction: 0 (default, measured) one red.global.add.v4.f32 per
- * fragment from registers; 1 (not yet measured) each warp stages its 16 x
- * DQ_N fp32 slice in shared memory, in dq_accum's fragment order, and one
- * lane hands it to the bulk-copy unit as a single reduce-add
- * (cp.reduce.async.bulk ... .add.f32, 4 KB at hd 64 and 128); the next
- * step waits for the unit to have read the slice before rewriting it. */
+/* dQ reduction (default SDPA_HOPPER_DQ_BULK_DEFAULT, sdpa_hopper_traits.h):
+ * 1 each warp stages its 16 x DQ_N fp32 slice in shared memory, in
+ * dq_accum's fragment order, and one lane hands it to the bulk-copy unit
+ * as a single reduce-add (cp.reduce.async.bulk ... .add.f32); the next step
+ * waits for the unit to have read the slice before rewriting it. 0: one
+ * red.global.add.v4.f32 per fragment from registers. */
 #ifndef SDPA_HOPPER_DQ_BULK
-#define SDPA_HOPPER_DQ_BULK 0
+#define SDPA_HOPPER_DQ_BULK SDPA_HOPPER_DQ_BULK_DEFAULT
 #endif
 
 /* dS from P in fp32 (1: FlashAttention-2's one rounding; its P stays
