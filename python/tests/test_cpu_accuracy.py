@@ -384,8 +384,11 @@ def test_pipeline_passes_the_kernels_arithmetic():
     assert accuracy.failure_message(results) == "", accuracy.failure_message(results)
     for r in results:
         assert r["status"] == "pass" and r["flash"] == "not tried"
+        scale = max(m["max_ref"] for m in r["grads"].values())
         for m in r["grads"].values():
-            assert m["against"] == "torch" and m["floor"] < 1e-3 * max(m["max_ref"], 1e-3) + 1e-5
+            # the twin's disagreement, or fp32's resolution at the case's scale
+            assert m["against"] == "torch" and m["floor"] < max(1e-3 * max(m["max_ref"], 1e-3) + 1e-5,
+                                                                1.001 * accuracy.FP32_RESOLUTION * scale)
     # the cancelling cases: ref32 is exactly 0, the floor is fp32 noise
     for r in results[4:6]:
         for g in ("dq", "dk"):
