@@ -18,8 +18,7 @@ each implementation's own fp16 tolerance of 2e-3 against float64).
 TFLOP/s = 2 * B * H * Sq * Skv * (3 D + 2 DV) / time (4 * 2.5 * D when
 DV = D), halved for causal; the grid is bench_bwd's (bf16 first), and with
 --more-head-dims head dims 80, 96, 112, 160, 192, 256 and 192/128 at S 4k
-and 8k (with SDPA_JIT_ANY_HEAD_DIM=1 for the head dims beyond 32, 64, 96,
-128, 192, 256). Each row names the family that ran (mma or hopper). GQA runs torch with enable_gqa=True, or,
+and 8k. Each row names the family that ran (mma or hopper). GQA runs torch with enable_gqa=True, or,
 where a backend refuses it, with K/V expanded by repeat_interleave (marked
 '*': that backward includes the group sum). THD runs torch's flash on nested
 (jagged) tensors (cuDNN has no nested-tensor path: 'n/a').
@@ -500,8 +499,6 @@ def main():
     torch.empty(1, device="cuda")  # the primary context, current on this thread
     if graph:
         graph_warmup()
-    if args.more_head_dims:  # the head dims beyond the measured six need the option
-        os.environ.setdefault("SDPA_JIT_ANY_HEAD_DIM", "1")
     jit = SdpaJit(args.lib)
     runtime = jit.runtime()
     cache = jit.lib.sdpa_runtime_cache_path(runtime)
