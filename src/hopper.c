@@ -3,8 +3,9 @@
  *
  * Coverage. The family's kernel (templates/sdpa_hopper.cuh) compiles for
  * sm_90a only (wgmma and setmaxnreg are arch-specific), for head_dim ==
- * head_dim_v in {64, 128}, not deterministic, with the convert kernel
- * writing dQ; every mask, BSHD and THD, GQA, packed and strided LSE. Its
+ * head_dim_v in {64, 128}, deterministic or not (deterministic plans take
+ * it only when they ask for it until SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT),
+ * with the convert kernel writing dQ; every mask, BSHD and THD, GQA, packed and strided LSE. Its
  * Q, K, V and dO tiles arrive by bulk tensor copies, whose maps need
  * 16-byte-aligned byte strides below 2^40 (the descriptor's 8-element
  * multiples give the alignment) and rows at least as long as the head
@@ -59,9 +60,16 @@ int sdpa_hopper_covers(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, c
   }
   if (!sdpa_hopper_supported(d->head_dim, d->head_dim_v, d->deterministic)) {
     snprintf(why, why_size,
-             "head_dim %d, head_dim_v %d%s: the Hopper family covers head_dim = head_dim_v "
-             "of 64 or 128, not deterministic",
-             d->head_dim, d->head_dim_v, d->deterministic ? ", deterministic" : "");
+             "head_dim %d, head_dim_v %d: the Hopper family covers head_dim = head_dim_v "
+             "of 64 or 128",
+             d->head_dim, d->head_dim_v);
+    return 0;
+  }
+  if (d->deterministic && !SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT &&
+      o->family != SDPA_FAMILY_HOPPER) {
+    snprintf(why, why_size,
+             "deterministic: the Hopper family's deterministic kernels run only when asked "
+             "for (options.family = SDPA_FAMILY_HOPPER, SDPA_JIT_FAMILY=hopper) in this version");
     return 0;
   }
   if (o->dq_writer == SDPA_DQ_MAIN) {

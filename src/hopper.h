@@ -25,11 +25,15 @@
 /* Whether SDPA_FAMILY_AUTO takes the Hopper family where it covers the
  * descriptor (1), or only a plan that asks for it does (0). */
 #define SDPA_HOPPER_BY_DEFAULT 1
+/* Whether AUTO takes it for deterministic plans too (1), or only a plan
+ * that asks for it does (0: its ordered dQ adds are not yet measured and
+ * validated on a GPU). */
+#define SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT 0
 
 /* 1 when the Hopper family runs `d` (resolved) with options `o`; `why`
  * gets a sentence either way ("covers this descriptor" or what it does
- * not cover: the arch, head dims, determinism, the dQ writer, strides the
- * bulk copies cannot express). */
+ * not cover: the arch, head dims, determinism under AUTO, the dQ writer,
+ * strides the bulk copies cannot express). */
 int sdpa_hopper_covers(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, char *why,
                        size_t why_size);
 

@@ -45,7 +45,9 @@
  *   SDPA_DTYPE 1 fp16 | 2 bf16; SDPA_HEAD_DIM, SDPA_HEAD_DIM_V (equal: 64
  *   or 128); SDPA_Q_TILE, SDPA_KV_TILE, SDPA_WARPS, SDPA_STAGES as
  *   sdpa_hopper_choose gives them; SDPA_LSE_PACKED; SDPA_LAYOUT 1 BSHD |
- *   2 THD; SDPA_MASK 0..3; SDPA_DETERMINISTIC (0 only); SDPA_EVEN;
+ *   2 THD; SDPA_MASK 0..3; SDPA_DETERMINISTIC (1: each query tile's dQ
+ *   adds in kv-tile order, each waiting for the previous tile's adds to
+ *   be complete: bitwise-reproducible); SDPA_EVEN;
  *   SDPA_FOLD_DQ (0 only).
  *
  * Launch contract: sdpa_hopper_traits.h (grid, block, shared memory) and
@@ -348,6 +350,13 @@ SDPA_DEVICE void mask_probs(float (&s)[HOP_M / 2], const Work &w, int row0, int 
   }
 }
 
+/* The first kv tile (index) that visits the query tile starting at row
+ * i0: its lowest visible key is i0 + off - left under a left window, else
+ * key 0. */
+SDPA_DEVICE int kv_first_visitor(const Work &w, int i0) {
+  return w.band.left >= 0 ? max(0, i0 + w.band.off - w.band.left) / HOP_N : 0;
+}
+
 /* The dQ GEMM of one consumer: dq = dS[q rows q_off.., all kv] *
  * K[all kv, d_off..d_off + DQ_N). */
 SDPA_DEVICE void dq_gemm(float (&dq)[DQ_N / 2], u32 s_ds, u32 s_k, int q_off, int d_off) {
@@ -515,6 +524,21 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     wgmma_wait<0>();
     reg_fence(dq);
 
+#if SDPA_DETERMINISTIC
+    /* Deterministic: the kv tiles that visit query tile (h, it) add into
+     * it in index order. Wait until the ones before this tile are done
+     * (the counter holds how many, from the first that visits it). */
+    int *const sem = p.semaphores + ((sdpa_i64)h * p.batch + w.b) * p.q_tiles + it;
+    const int kv_rank = w.k0 / HOP_N - kv_first_visitor(w, i0);
+    if (threadIdx.x == 128) {
+      int seen;
+      do {
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
+      } while (seen != kv_rank);
+    }
+    named_barrier_sync(2, 128 * SDPA_HOPPER_CONSUMERS);
+#endif
+
     /* ---- dq_accum += dQ, one 16x8 fragment per vector reduction; warp wi
      * holds 16-row block (i0 + q_off) / 16 + wi. */
     if (SDPA_HOPPER_ABLATE == 0 && (SDPA_EVEN || i0 + q_off + 16 * wi < w.sq)) {
@@ -531,7 +555,10 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
                      dq[4 * j + 3]);
       fence_proxy_async();
       __syncwarp();
-      if (lane == 0) bulk_reduce_add_f32(dqa, slice, DQ_N * 16 * 4);
+      if (lane == 0) {
+        if (SDPA_DETERMINISTIC) fence_proxy_async_global(); /* after the counter's acquire */
+        bulk_reduce_add_f32(dqa, slice, DQ_N * 16 * 4);
+      }
 #else
 #pragma unroll
       for (int j = 0; j < DQ_N / 8; ++j) {
@@ -540,6 +567,20 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
       }
 #endif
     }
+#if SDPA_DETERMINISTIC
+    /* This tile's adds complete (not only read from shared memory), then
+     * the next kv tile's turn. */
+#if SDPA_HOPPER_DQ_BULK
+    if (lane == 0) {
+      bulk_wait_all();
+      fence_proxy_async_global();
+    }
+#endif
+    __threadfence();
+    named_barrier_sync(2, 128 * SDPA_HOPPER_CONSUMERS);
+    if (threadIdx.x == 128)
+      asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(sem), "r"(kv_rank + 1) : "memory");
+#endif
     if (++it > w.it_hi) {
       it = w.it_lo;
       ++h;

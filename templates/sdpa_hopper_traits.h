@@ -45,10 +45,11 @@ typedef struct sdpa_hopper_config {
   int stages;  /* Q/dO ring depth                    */
 } sdpa_hopper_config;
 
-/* Whether the family compiles these head dims (and mask, deterministic
- * flag): head_dim == head_dim_v in {64, 128}, not deterministic. */
+/* Whether the family compiles these head dims (and deterministic flag):
+ * head_dim == head_dim_v in {64, 128}, deterministic or not. */
 SDPA_HOPPER_TRAIT int sdpa_hopper_supported(int head_dim, int head_dim_v, int deterministic) {
-  return head_dim == head_dim_v && (head_dim == 64 || head_dim == 128) && !deterministic;
+  (void)deterministic;
+  return head_dim == head_dim_v && (head_dim == 64 || head_dim == 128);
 }
 
 /* The configuration for a key: q tile 128 at head_dim 64 (the S^T and

@@ -346,6 +346,11 @@ SDPA_DEVICE void st_shared_v4(u32 addr, float a, float b, float c, float d) {
 SDPA_DEVICE void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+/* Orders this thread's generic accesses to global memory with its bulk
+ * (async proxy) operations on it, both ways. */
+SDPA_DEVICE void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
 
 /* ------------------------------------------------------- warps, registers */
 

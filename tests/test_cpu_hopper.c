@@ -91,10 +91,9 @@ START_TEST(family_choice_and_reasons) {
   cases[0].label = "head_dim 96";
   cases[0].d = desc_for(SDPA_DTYPE_BF16, 96, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
   cases[0].why = "head_dim 96";
-  cases[1].label = "deterministic";
-  cases[1].d = d;
-  cases[1].d.deterministic = 1;
-  cases[1].why = "deterministic";
+  cases[1].label = "head_dim 256";
+  cases[1].d = desc_for(SDPA_DTYPE_BF16, 256, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+  cases[1].why = "head_dim 256";
   cases[2].label = "sm_80";
   cases[2].d = d;
   cases[2].d.arch = 80;
@@ -121,6 +120,25 @@ START_TEST(family_choice_and_reasons) {
                   info.family_reason);
     sdpa_bwd_plan_destroy(plan);
   }
+  /* deterministic: planned when asked for (key det=1); AUTO keeps the
+   * mma.sync family until SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT, saying so */
+  sdpa_bwd_desc det = d;
+  det.deterministic = 1;
+  ck_assert_msg(sdpa_bwd_plan_create_with(&plan, rt, &det, &hop) == SDPA_STATUS_SUCCESS, "%s",
+                sdpa_last_error());
+  ck_assert_int_eq(sdpa_bwd_plan_query(plan, &info), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(info.family, SDPA_FAMILY_HOPPER);
+  ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), ";det=1;"));
+  ck_assert_int_gt((long long)sdpa_bwd_workspace_size(plan), 0);
+  sdpa_bwd_plan_destroy(plan);
+  ck_assert_int_eq(sdpa_bwd_plan_create(&plan, rt, &det), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(sdpa_bwd_plan_query(plan, &info), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(info.family,
+                   SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT ? SDPA_FAMILY_HOPPER : SDPA_FAMILY_MMA);
+  if (!SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT)
+    ck_assert_msg(strstr(info.family_reason, "deterministic"), "%s", info.family_reason);
+  sdpa_bwd_plan_destroy(plan);
+
   /* main writes dQ: the mma.sync family's */
   sdpa_bwd_plan_options main_dq = hop;
   main_dq.dq_writer = SDPA_DQ_MAIN;
@@ -159,18 +177,21 @@ START_TEST(representative_keys_compile_clean) {
     int hd;
     sdpa_layout layout;
     sdpa_mask mask;
-    int uneven, strided;
+    int uneven, strided, deterministic;
   } keys[] = {
-      {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0},
-      {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 1, 0},
-      {SDPA_DTYPE_FP16, 128, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 1},
-      {SDPA_DTYPE_BF16, 64, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0},
-      {SDPA_DTYPE_FP16, 64, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1},
-      {SDPA_DTYPE_BF16, 64, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0},
+      {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
+      {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 1, 0, 0},
+      {SDPA_DTYPE_FP16, 128, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 1, 0},
+      {SDPA_DTYPE_BF16, 64, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
+      {SDPA_DTYPE_FP16, 64, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1, 0},
+      {SDPA_DTYPE_BF16, 64, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0},
+      {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1, 1},
+      {SDPA_DTYPE_FP16, 64, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 0, 1},
   };
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     sdpa_bwd_desc d = desc_for(keys[i].dtype, keys[i].hd, keys[i].layout, keys[i].mask,
                                keys[i].uneven, keys[i].strided);
+    d.deterministic = keys[i].deterministic;
     sdpa_bwd_plan *plan = NULL;
     ck_assert_msg(sdpa_bwd_plan_create_with(&plan, rt, &d, &hop) == SDPA_STATUS_SUCCESS,
                   "plan: %s", sdpa_last_error());

@@ -10,7 +10,8 @@
  *   of the small-grid ones, and with the launch order in groups;
  * - sweep: >= 200 random descriptors from a fresh, printed seed
  *   (SDPA_TEST_SEED reproduces one; SDPA_TEST_SWEEP_CASES changes the count);
- * - deterministic mode gives bitwise-identical outputs run after run;
+ * - deterministic mode gives bitwise-identical outputs run after run (on
+ *   sm_90 also with the sm_90a family forced);
  * - THD: one key serves many token totals with no recompile, one plan
  *   serves many cu_seqlens; a sequence past its max_s hint is reported as
  *   SDPA_STATUS_DEVICE_ERROR and the next good call works;
@@ -830,9 +831,13 @@ static const case_spec deterministic_specs[] = {
     BSHD_CASE("det_gqa_8_2_causal_hd128", 1, 8, 2, 200, 520, 128, 0, BR, 0, 0, 0, PADDED, LTOK, 1),
     THD_CASE("det_thd_gqa", 3, 4, 1, 64, 0, BR, 0, 0, 0, PACKED, LPAD, 1, LENS(300, 17, 0),
              LENS(600, 40, 5)),
+    /* a left window: a query tile's first visiting kv tile is not tile 0 */
+    BSHD_CASE("det_window_200_0", 1, 2, 1, 520, 520, 128, 0, WIN, 200, 0, 0, PACKED, LP, 1),
 };
 
-START_TEST(deterministic_is_bitwise) {
+/* Every deterministic case, three runs each with the run's plan options:
+ * each run correct, the runs bitwise equal. Returns the failures. */
+static int deterministic_cases(void) {
   int count = (int)(sizeof deterministic_specs / sizeof deterministic_specs[0]);
   test_case *cases = calloc((size_t)count * 2, sizeof *cases);
   for (int i = 0; i < count; i++) {
@@ -874,7 +879,27 @@ START_TEST(deterministic_is_bitwise) {
   }
   for (int i = 0; i < count; i++) case_free(&cases[i]);
   free(cases);
+  return failures;
+}
+
+START_TEST(deterministic_is_bitwise) {
+  const int failures = deterministic_cases();
   ck_assert_msg(failures == 0, "%d deterministic cases failed", failures);
+}
+END_TEST
+
+/* The same with the sm_90a family forced (AUTO keeps deterministic plans
+ * on mma.sync until they are validated: this is where they are). */
+START_TEST(deterministic_sm90a_is_bitwise) {
+  if (gpu.arch != 90) {
+    printf("deterministic_sm90a_is_bitwise: skipped: sm_%d (the family needs sm_90)\n", gpu.arch);
+    return;
+  }
+  const sdpa_bwd_plan_options saved = test_options;
+  test_options.family = SDPA_FAMILY_HOPPER;
+  const int failures = deterministic_cases();
+  test_options = saved;
+  ck_assert_msg(failures == 0, "%d deterministic sm_90a cases failed", failures);
 }
 END_TEST
 
@@ -1410,6 +1435,7 @@ static Suite *gpu_suite(void) {
   tcase_add_test(numerics, matrix_table_tiles);
   tcase_add_test(numerics, matrix_launch_groups);
   tcase_add_test(numerics, deterministic_is_bitwise);
+  tcase_add_test(numerics, deterministic_sm90a_is_bitwise);
   tcase_add_test(numerics, random_sweep);
   suite_add_tcase(s, numerics);
   return s;
