@@ -103,10 +103,12 @@ static sdpa_status check_call(const sdpa_bwd_plan *plan,
                             "(desc.max_total_kv)",
                             (long long)t->total_kv,
                             (long long)plan->desc.max_total_kv);
-    /* The outputs at the call's token totals: the plan checked one token
-     * (its bound may exceed what a head-major output's head stride covers,
-     * plan.c). Skipped for a side of no tokens. */
+    /* The outputs at the call's token totals, where the plan found that
+     * its bound would overlap them (a head-major output's head stride
+     * covers the call's tokens, not the bound). Skipped for a side of no
+     * tokens. */
     const sdpa_bwd_desc *d = &plan->desc;
+    if (!plan->thd_outputs_checked_per_call) return SDPA_STATUS_SUCCESS;
     if (t->total_q > 0 &&
         (st = sdpa_output_strides_check("dq", &d->dq, d->layout, 1, t->total_q, d->heads_q,
                                         d->head_dim, "tensors.total_q")))

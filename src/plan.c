@@ -102,14 +102,21 @@ int sdpa_elements_overlap(const int64_t extent[4], const int64_t stride[4]) {
   return 0;
 }
 
+/* Whether two elements of an output can share an address (plan.h). */
+static int output_overlaps(const sdpa_strides *s, sdpa_layout layout, int64_t batch,
+                           int64_t rows, int64_t heads, int64_t dim) {
+  const int thd = layout == SDPA_LAYOUT_THD;
+  const int64_t extent[4] = {thd ? 1 : batch, rows, heads, dim};
+  const int64_t stride[4] = {thd ? 0 : s->batch, s->seq, s->head, 1};
+  return sdpa_elements_overlap(extent, stride);
+}
+
 /* Checks that no two elements of an output share an address (plan.h). */
 sdpa_status sdpa_output_strides_check(const char *name, const sdpa_strides *s,
                                       sdpa_layout layout, int64_t batch, int64_t rows,
                                       int64_t heads, int64_t dim, const char *total_field) {
   const int thd = layout == SDPA_LAYOUT_THD;
-  const int64_t extent[4] = {thd ? 1 : batch, rows, heads, dim};
-  const int64_t stride[4] = {thd ? 0 : s->batch, s->seq, s->head, 1};
-  if (!sdpa_elements_overlap(extent, stride)) return SDPA_STATUS_SUCCESS;
+  if (!output_overlaps(s, layout, batch, rows, heads, dim)) return SDPA_STATUS_SUCCESS;
   const char *fix = "an output needs every element at an address of its own (e.g. the "
                     "packed default, all strides 0)";
   if (thd && !total_field)
@@ -722,6 +729,14 @@ static sdpa_status plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
    * token total, bound at execute. */
   plan->lse_packed_default =
       desc->lse.batch == 0 && desc->lse.head == 0 && desc->lse.seq == 0;
+  /* A THD output whose elements are distinct at the token bound stays so
+   * at any total below it: execute checks the call's totals only when
+   * some output would overlap at the bound (a head-major one). */
+  plan->thd_outputs_checked_per_call =
+      d->layout == SDPA_LAYOUT_THD &&
+      (output_overlaps(&d->dq, d->layout, 1, d->max_total_q, d->heads_q, d->head_dim) ||
+       output_overlaps(&d->dk, d->layout, 1, d->max_total_kv, d->heads_kv, d->head_dim) ||
+       output_overlaps(&d->dv, d->layout, 1, d->max_total_kv, d->heads_kv, d->head_dim_v));
   f->even = d->layout == SDPA_LAYOUT_BSHD && d->seqlen_q % f->q_tile == 0 &&
             d->seqlen_kv % f->kv_tile == 0;
   if ((status = size_workspace(plan))) goto done;

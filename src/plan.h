@@ -42,6 +42,9 @@ struct sdpa_bwd_plan {
   int64_t rows_q, rows_kv; /* rows the workspace is sized for          */
   int lse_packed_default;  /* LSE strides were all zero: under THD the
                               head stride is the launch's total_q       */
+  int thd_outputs_checked_per_call; /* THD outputs that overlap at the
+                              token bound: execute checks each call's
+                              totals (sdpa_output_strides_check)        */
   /* The kernels' parameter block without the call's pointers (and, under
    * THD, its token totals), and the main and convert grids (x). */
   sdpa_kernel_params params;
