@@ -27,8 +27,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the torch tests need it")
 import torch.nn.functional as F  # noqa: E402
 
+import accuracy  # noqa: E402
 import sdpa_jit  # noqa: E402
 import sdpa_jit.torch as st  # noqa: E402
+
+CAUSAL_MASK = {None: "none", "top_left": "causal_tl", "bottom_right": "causal_br"}
 
 HAS_GPU = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not HAS_GPU, reason="no CUDA device")
@@ -57,21 +60,11 @@ def report(case, **numbers):
 
 
 def visible(sq, skv, causal, window, device):
-    """Which keys each query sees, from the definitions in sdpa_jit.h."""
-    i = torch.arange(sq, device=device)[:, None]
-    j = torch.arange(skv, device=device)[None, :]
-    off = skv - sq
-    ok = torch.ones(sq, skv, dtype=torch.bool, device=device)
-    if causal == "top_left":
-        ok &= j <= i
-    elif causal == "bottom_right":
-        ok &= j <= i + off
+    """Which keys each query sees: the causal mask and the window together
+    (accuracy.visible: the definitions in sdpa_jit.h)."""
+    ok = accuracy.visible(sq, skv, CAUSAL_MASK[causal], device=device)
     if window is not None:
-        left, right = window
-        if left >= 0:
-            ok &= j >= i + off - left
-        if right >= 0:
-            ok &= j <= i + off + right
+        ok &= accuracy.visible(sq, skv, "window", window[0], window[1], device=device)
     return ok
 
 
