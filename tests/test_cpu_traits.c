@@ -20,6 +20,7 @@
 #include "nvrtc.h"
 #include "plan.h"
 #include "sdpa_jit.h"
+#include "test_cache.h"
 
 /* Appends `static_assert(<fn>(config c).<member> == value, what)`. */
 static void assert_value(FILE *out, sdpa_mma_config c, const char *fn, const char *member,
@@ -115,21 +116,11 @@ START_TEST(plans_launch_what_the_traits_say) {
   static const int arches[] = {90, 80, 86};
   int planned = 0, padded = 0;
   for (size_t a = 0; a < sizeof arches / sizeof arches[0]; a++) {
-    sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
-    opts.disable_disk_cache = 1;
-    opts.arch = arches[a];
-    sdpa_runtime *rt = NULL;
-    ck_assert_int_eq(sdpa_runtime_create(&rt, &opts), SDPA_STATUS_SUCCESS);
+    sdpa_runtime *rt = sdpa_test_memory_runtime(arches[a]);
     for (int hd = 8; hd <= 256; hd += 8)
       for (int v = 0; v < 2; v++)
         for (int det = 0; det < 2; det++) {
-          sdpa_bwd_desc desc = SDPA_BWD_DESC_INIT;
-          desc.dtype = SDPA_DTYPE_BF16;
-          desc.layout = SDPA_LAYOUT_BSHD;
-          desc.batch = 4;
-          desc.heads_q = desc.heads_kv = 8;
-          desc.seqlen_q = desc.seqlen_kv = 2048;
-          desc.head_dim = hd;
+          sdpa_bwd_desc desc = sdpa_test_bshd_desc(4, 8, 2048, hd);
           desc.head_dim_v = v ? (hd / 2 + 7) / 8 * 8 : hd;
           desc.deterministic = det;
           sdpa_bwd_plan_options mma = SDPA_BWD_PLAN_OPTIONS_INIT;
@@ -166,24 +157,14 @@ END_TEST
 /* What stays unsupported is refused by name: not a multiple of 8, above
  * 256, head_dim_v above head_dim. */
 START_TEST(unsupported_head_dims_are_named) {
-  sdpa_runtime_options opts = SDPA_RUNTIME_OPTIONS_INIT;
-  opts.disable_disk_cache = 1;
-  opts.arch = 90;
-  sdpa_runtime *rt = NULL;
-  ck_assert_int_eq(sdpa_runtime_create(&rt, &opts), SDPA_STATUS_SUCCESS);
+  sdpa_runtime *rt = sdpa_test_memory_runtime(90);
   static const struct {
     int hd, hdv;
     const char *field;
   } bad[] = {{100, 0, "head_dim = 100"}, {264, 0, "head_dim = 264"}, {4, 0, "head_dim = 4"},
              {64, 60, "head_dim_v = 60"}, {64, 72, "head_dim_v = 72"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    sdpa_bwd_desc desc = SDPA_BWD_DESC_INIT;
-    desc.dtype = SDPA_DTYPE_BF16;
-    desc.layout = SDPA_LAYOUT_BSHD;
-    desc.batch = 1;
-    desc.heads_q = desc.heads_kv = 2;
-    desc.seqlen_q = desc.seqlen_kv = 128;
-    desc.head_dim = bad[i].hd;
+    sdpa_bwd_desc desc = sdpa_test_bshd_desc(1, 2, 128, bad[i].hd);
     desc.head_dim_v = bad[i].hdv;
     sdpa_bwd_plan *plan = NULL;
     ck_assert_int_eq(sdpa_bwd_plan_create(&plan, rt, &desc), SDPA_STATUS_INVALID_ARGUMENT);

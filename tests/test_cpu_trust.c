@@ -65,13 +65,7 @@ static sdpa_runtime *runtime_on(const char *path, sdpa_test_log *log) {
 
 /* A small key (bf16 hd 64, BSHD, no mask) for `arch`. */
 static sdpa_bwd_desc small_desc(int arch) {
-  sdpa_bwd_desc d = SDPA_BWD_DESC_INIT;
-  d.dtype = SDPA_DTYPE_BF16;
-  d.layout = SDPA_LAYOUT_BSHD;
-  d.batch = 1;
-  d.heads_q = d.heads_kv = 1;
-  d.seqlen_q = d.seqlen_kv = 128;
-  d.head_dim = 64;
+  sdpa_bwd_desc d = sdpa_test_bshd_desc(1, 1, 128, 64);
   d.arch = arch;
   return d;
 }

@@ -79,6 +79,17 @@ sdpa_runtime *sdpa_test_memory_runtime(int arch) {
   return runtime;
 }
 
+sdpa_bwd_desc sdpa_test_bshd_desc(int batch, int heads, int seqlen, int head_dim) {
+  sdpa_bwd_desc d = SDPA_BWD_DESC_INIT;
+  d.dtype = SDPA_DTYPE_BF16;
+  d.layout = SDPA_LAYOUT_BSHD;
+  d.batch = batch;
+  d.heads_q = d.heads_kv = heads;
+  d.seqlen_q = d.seqlen_kv = seqlen;
+  d.head_dim = head_dim;
+  return d;
+}
+
 const sdpa_key_fields sdpa_test_key_fields = {
     .arch = 90,
     .family = SDPA_FAMILY_MMA,

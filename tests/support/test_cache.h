@@ -65,4 +65,8 @@ sdpa_cache_meta sdpa_test_meta(const char *hash, const char *text);
  * kept in memory); fails the running test when it cannot be made. */
 sdpa_runtime *sdpa_test_memory_runtime(int arch);
 
+/* A bf16 BSHD descriptor: batch x seqlen (q and kv) x heads (q = kv) x
+ * head_dim (head_dim_v the same), no mask, the other fields default. */
+sdpa_bwd_desc sdpa_test_bshd_desc(int batch, int heads, int seqlen, int head_dim);
+
 #endif
