@@ -55,27 +55,22 @@
 #include "sdpa_mma.cuh"
 #include "sdpa_seq.cuh"
 #include "sdpa_traits.h"
+/* The configuration, its GEMM head dims, shared-memory carve and warp
+ * partitions (sdpa_traits.h: the host sizes the launch from the same
+ * functions). Macros, not constexpr variables: with device code as the
+ * default a namespace-scope variable would be emitted into the module. */
+#define CFG                                                                    \
+  (sdpa_mma_config{SDPA_HEAD_DIM, SDPA_HEAD_DIM_V, SDPA_Q_TILE, SDPA_KV_TILE,   \
+                   SDPA_WARPS, SDPA_STAGES, SDPA_DETERMINISTIC, SDPA_MASK == 3, \
+                   SDPA_FOLD_DQ})
 /* dQ accumulator rows as wide as the GEMM head dim (sdpa_aux.cuh) */
-#define SDPA_DQ_ACCUM_DIM                                                          \
-  (sdpa_mma_gemm_dims(sdpa_mma_config{SDPA_HEAD_DIM, SDPA_HEAD_DIM_V, SDPA_Q_TILE,  \
-                                      SDPA_KV_TILE, SDPA_WARPS, SDPA_STAGES,       \
-                                      SDPA_DETERMINISTIC, SDPA_MASK == 3,          \
-                                      SDPA_FOLD_DQ})                               \
-       .d)
+#define SDPA_DQ_ACCUM_DIM (sdpa_mma_gemm_dims(CFG).d)
 #include "sdpa_aux.cuh" /* preprocess, convert; defines D, DV, DT, DQA */
 
 #define M SDPA_Q_TILE
 #define N SDPA_KV_TILE
 #define NW SDPA_WARPS
 #define NT (NW * 32)
-
-/* The configuration, its GEMM head dims, shared-memory carve and warp
- * partitions (sdpa_traits.h: the host sizes the launch from the same
- * functions). Macros, not constexpr variables: with device code as the
- * default a namespace-scope variable would be emitted into the module. */
-#define CFG                                                                   \
-  (sdpa_mma_config{D, DV, M, N, NW, SDPA_STAGES, SDPA_DETERMINISTIC, SDPA_MASK == 3, \
-                   SDPA_FOLD_DQ})
 #define SMEM sdpa_mma_smem_layout(CFG)
 #define SPLIT sdpa_mma_warp_split(CFG)
 
