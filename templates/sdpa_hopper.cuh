@@ -109,7 +109,6 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #define SDPA_HOPPER_ABLATE 0
 #endif
 
-
 /* Register budgets after setmaxnreg. The block starts with
  * ENTRY_REGS a thread (__launch_bounds__(THREADS, 1): 65536 / 384 rounded
  * down to a multiple of 8 = 168), and setmaxnreg.inc waits until the pool
@@ -179,8 +178,7 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
 /* dQ tile split between the consumers: M = 128, 64 query rows each; else
  * half the head dim each (each half inside 64-column boxes). */
 #define DQ_SPLIT_M (HOP_M == 128)
-#define DQ_N (DQ_SPLIT_M ? D : D / 2)
-static_assert(DQ_N == sdpa_hopper_dq_cols(HOP_CFG), "the traits' dQ split");
+#define DQ_N sdpa_hopper_dq_cols(HOP_CFG)
 static_assert(DQ_SPLIT_M || (D / 2) % 64 == 0 || D / 2 < 64, "dQ halves inside boxes");
 
 #define LOG2E 1.4426950408889634f
