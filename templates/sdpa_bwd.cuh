@@ -144,15 +144,17 @@ static_assert(SMEM_V - SMEM_K >= N * LD_D * 2 && SMEM_Q - SMEM_V >= N * LD_DV * 
  * the dtype for dV, multiplied in fp32: two roundings, only the packed P
  * live. By default 1 on sm_90 and later where the dK/dV accumulators take
  * fewer than 128 registers a thread and the warp's S tile fewer than 64
- * (or the split is the tight one, one warp row of S per 16 query rows):
- * at 128 accumulator registers it spilled 20-44 B (head dims 120-128 on
- * sm_90), at 64 of S 4-8 B (head dim 64, 128 x 128 tiles, causal); on
- * sm_80 at head dims 32-128 (bench/NOTES.md). */
+ * (or the split is the tight one, one warp row of S per 16 query rows,
+ * and the GEMM head dims are the head dims): at 128 accumulator registers
+ * it spilled 20-44 B (head dims 120-128 on sm_90), at 64 of S 4-8 B (head
+ * dim 64, 128 x 128 tiles, causal), tight with padded GEMM columns 4 B
+ * (head dim 56, deterministic); on sm_80 at head dims 32-128
+ * (bench/NOTES.md). */
 #ifdef SDPA_DS_FP32_P
 constexpr bool DS_FP32_P = SDPA_DS_FP32_P;
 #elif __CUDA_ARCH__ >= 900
 constexpr bool DS_FP32_P = KV_TN * (KV_TD + KV_TDV) / 32 < 128 &&
-                           (S_TM * S_TN / 32 < 64 || sdpa_mma_tight(CFG));
+                           (S_TM * S_TN / 32 < 64 || (sdpa_mma_tight(CFG) && !PADDED));
 #else
 constexpr bool DS_FP32_P = false;
 #endif
