@@ -29,6 +29,7 @@
  *                     library supports), causal and not; with --thd,
  *                     THD problems of B (at most 16) sequences of S,
  *                     7S/8, 3S/4, 5S/8, S, ... tokens (max_s S)
+ *   --deterministic   deterministic plans (bitwise-reproducible dQ adds)
  *   --runs N          timed runs per case (default 30, at least 20)
  *   --csv FILE        also write the rows as CSV
  * Exit: 0 when every case validated, 1 when one did not, 77 without a GPU.
@@ -76,6 +77,7 @@ static const int thd_lens[] = {4096, 512, 3000, 1500, 2048, 777, 3333, 1118}; /*
 
 static sdpa_gpu gpu;
 static sdpa_runtime *runtime;
+static int deterministic; /* --deterministic: every case's and twin's plan */
 
 static double now_seconds(void) {
   struct timespec t;
@@ -121,6 +123,7 @@ static void case_desc(const bench_case *c, sdpa_bwd_desc *d) {
   d->seqlen_q = d->seqlen_kv = c->seqlen;
   d->head_dim = d->head_dim_v = c->head_dim;
   d->mask = case_mask(c);
+  d->deterministic = deterministic;
   if (c->layout == SDPA_LAYOUT_THD) d->max_total_q = d->max_total_kv = c->total;
 }
 
@@ -178,6 +181,7 @@ static void validate_case(bench_case *c) {
   sdpa_ref_problem_fill(&p, 0xbe7c4u + (uint64_t)c->head_dim, 0);
   sdpa_ref_layout_make(&l, &p, SDPA_REF_STYLE_PACKED, SDPA_REF_LSE_PACKED);
   sdpa_ref_desc(&p, &l, &d);
+  d.deterministic = deterministic;
   if (c->layout == SDPA_LAYOUT_THD) {
     d.max_total_q = p.rows_q;
     d.max_total_kv = p.rows_kv;
@@ -510,7 +514,8 @@ static int add_case(bench_case *cases, int count, sdpa_dtype dtype, sdpa_layout 
 
 static void usage(void) {
   printf("usage: bench_bwd [--quick | --small | --shape B,H,S [--thd]] [--dtype bf16|fp16]\n"
-         "                 [--hd 64|128] [--seq S] [--causal 0|1] [--runs N] [--csv FILE]\n");
+         "                 [--hd 64|128] [--seq S] [--causal 0|1] [--deterministic] [--runs N]\n"
+         "                 [--csv FILE]\n");
 }
 
 int main(int argc, char **argv) {
@@ -540,6 +545,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--seq") && i + 1 < argc) only_seq = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--causal") && i + 1 < argc) only_causal = atoi(argv[++i]) != 0;
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--deterministic")) deterministic = 1;
     else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else {
       usage();

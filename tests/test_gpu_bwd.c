@@ -1434,10 +1434,13 @@ static Suite *gpu_suite(void) {
   tcase_add_test(numerics, matrix_direct_launches);
   tcase_add_test(numerics, matrix_table_tiles);
   tcase_add_test(numerics, matrix_launch_groups);
-  tcase_add_test(numerics, deterministic_is_bitwise);
-  tcase_add_test(numerics, deterministic_sm90a_is_bitwise);
   tcase_add_test(numerics, random_sweep);
   suite_add_tcase(s, numerics);
+  /* its own case: CK_RUN_CASE=deterministic runs it alone (sanitizers) */
+  TCase *det = tcase_create("deterministic");
+  tcase_add_test(det, deterministic_is_bitwise);
+  tcase_add_test(det, deterministic_sm90a_is_bitwise);
+  suite_add_tcase(s, det);
   return s;
 }
 
