@@ -155,17 +155,19 @@ static void twin_problem(const bench_case *c, sdpa_ref_problem *p) {
 }
 
 /* The plan options that give the twin the case's kernel: its family,
- * tiles and dQ writer (sdpa_bwd_plan_query). */
+ * dQ writer and (mma.sync family) tiles (sdpa_bwd_plan_query). */
 static sdpa_bwd_plan_options case_options(const bench_case *c) {
   sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
   sdpa_bwd_plan_info info = SDPA_BWD_PLAN_INFO_INIT;
   if (c->plan && sdpa_bwd_plan_query(c->plan, &info) == SDPA_STATUS_SUCCESS) {
     o.family = info.family;
-    o.q_tile = info.q_tile;
-    o.kv_tile = info.kv_tile;
-    o.warps = info.warps;
-    o.stages = info.stages;
     o.dq_writer = info.dq_writer;
+    if (info.family == SDPA_FAMILY_MMA) { /* the sm_90a family's tiles are its own */
+      o.q_tile = info.q_tile;
+      o.kv_tile = info.kv_tile;
+      o.warps = info.warps;
+      o.stages = info.stages;
+    }
   }
   return o;
 }
