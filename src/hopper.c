@@ -3,9 +3,10 @@
  *
  * Coverage. The family's kernel (templates/sdpa_hopper.cuh) compiles for
  * sm_90a only (wgmma and setmaxnreg are arch-specific), for head_dim ==
- * head_dim_v in {64, 128}, deterministic or not (deterministic plans take
- * it only when they ask for it until SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT),
- * with the convert kernel writing dQ; every mask, BSHD and THD, GQA, packed and strided LSE. Its
+ * head_dim_v in {64, 128}, deterministic or not (with
+ * SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT 0 deterministic plans take it only
+ * when they ask for it), with the convert kernel writing dQ; every mask,
+ * BSHD and THD, GQA, packed and strided LSE. Its
  * Q, K, V and dO tiles arrive by bulk tensor copies, whose maps need
  * 16-byte-aligned byte strides below 2^40 (the descriptor's 8-element
  * multiples give the alignment) and rows at least as long as the head

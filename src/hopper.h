@@ -25,10 +25,10 @@
 /* Whether SDPA_FAMILY_AUTO takes the Hopper family where it covers the
  * descriptor (1), or only a plan that asks for it does (0). */
 #define SDPA_HOPPER_BY_DEFAULT 1
-/* Whether AUTO takes it for deterministic plans too (1), or only a plan
- * that asks for it does (0: its ordered dQ adds are not yet measured and
- * validated on a GPU). */
-#define SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT 0
+/* Whether AUTO takes it for deterministic plans too (1: its ordered dQ
+ * adds are bitwise reproducible and faster than the mma.sync family's,
+ * bench/RESULTS.md), or only a plan that asks for it does (0). */
+#define SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT 1
 
 /* 1 when the Hopper family runs `d` (resolved) with options `o`; `why`
  * gets a sentence either way ("covers this descriptor" or what it does

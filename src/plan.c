@@ -482,13 +482,15 @@ int64_t sdpa_dq_blocks(const sdpa_bwd_desc *d, int64_t rows_q) {
 
 /* (sequence, kv head) pairs per group of the masked launch order (the
  * 8-warp kernels; the 4-warp ones run j-major and ignore it), for
- * `kv_tiles` >= 1 kv tiles a pair: ORDER_GROUP_BLOCKS worth of kv tiles,
+ * `kv_tiles` >= 1 kv tiles a pair: ORDER_GROUP_BLOCKS worth of kv tiles
+ * (deterministic plans, every mask: every pair, so that a kv tile never
+ * runs beside the lower kv tiles of its pair whose dQ adds it waits for),
  * or options.order_group (tuning and testing: any positive count; the
  * grid is the same); at most every pair. */
 static int launch_order_group(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o,
                               int64_t kv_tiles) {
   const int64_t pairs = (int64_t)d->batch * d->heads_kv;
-  int64_t group = (ORDER_GROUP_BLOCKS + kv_tiles - 1) / kv_tiles;
+  int64_t group = d->deterministic ? pairs : (ORDER_GROUP_BLOCKS + kv_tiles - 1) / kv_tiles;
   if (o->order_group > 0) group = o->order_group;
   return (int)(group < pairs ? group : pairs);
 }

@@ -183,10 +183,13 @@ template <bool B> struct Flag {
  * (sequence, kv head) pairs the launch runs kv tile j of each pair
  * before tile j+1 (heaviest first, no long CTA left for the end), and the
  * groups follow each other: the tiles in flight belong to a few heads,
- * whose Q, dO and dQ accumulator stay in L2 (8-warp configurations). */
+ * whose Q, dO and dQ accumulator stay in L2 (8-warp configurations).
+ * Deterministic plans take that order for every mask, with every pair in
+ * one group: a kv tile's ordered dQ adds wait for the lower kv tiles of
+ * its pair, which then run a wave earlier instead of beside it. */
 SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &hk) {
   const int kv_tiles = (p.seqlen_kv + N - 1) / N;
-#if SDPA_MASK == 0
+#if SDPA_MASK == 0 && !SDPA_DETERMINISTIC
   j = blockIdx.x % kv_tiles;
   b = blockIdx.x / kv_tiles;
   hk = blockIdx.y;

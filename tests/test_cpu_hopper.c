@@ -120,8 +120,8 @@ START_TEST(family_choice_and_reasons) {
                   info.family_reason);
     sdpa_bwd_plan_destroy(plan);
   }
-  /* deterministic: planned when asked for (key det=1); AUTO keeps the
-   * mma.sync family until SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT, saying so */
+  /* deterministic: planned when asked for (key det=1), and by AUTO when
+   * SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT (else AUTO says why not) */
   sdpa_bwd_desc det = d;
   det.deterministic = 1;
   ck_assert_msg(sdpa_bwd_plan_create_with(&plan, rt, &det, &hop) == SDPA_STATUS_SUCCESS, "%s",
@@ -187,6 +187,8 @@ START_TEST(representative_keys_compile_clean) {
       {SDPA_DTYPE_BF16, 64, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0},
       {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1, 1},
       {SDPA_DTYPE_FP16, 64, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 0, 1},
+      /* deterministic without a mask: the grouped launch order */
+      {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 1},
   };
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     sdpa_bwd_desc d = desc_for(keys[i].dtype, keys[i].hd, keys[i].layout, keys[i].mask,

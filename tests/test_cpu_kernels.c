@@ -8,13 +8,14 @@
  * A class is head_dim x head_dim_v x dtype x mask x layout x LSE class x
  * determinism. All combinations take hours to compile on two cores
  * (32 head dims and their head_dim_v), so each arch x head_dim pair of
- * the lists below compiles six representatives
+ * the lists below compiles seven representatives
  * chosen to cover every field value and the heaviest code paths (bounds
  * checks + sliding window + strided LSE + deterministic hand-off; fully
  * even BSHD; bottom-right causal with uneven lengths; THD with top-left
  * causal and with a window, not deterministic; a small BSHD grid with a
- * window, uneven lengths and strided LSE), four of them with the main
- * kernel writing dQ and two with the convert kernel. The full sweep's
+ * window, uneven lengths and strided LSE; deterministic without a mask,
+ * whose launch order is the masked one), four of them with the main
+ * kernel writing dQ and three with the convert kernel. The full sweep's
  * result is recorded in bench/NOTES.md.
  */
 #include <pthread.h>
@@ -43,6 +44,8 @@ static const variant variants[] = {
     {SDPA_DTYPE_BF16, SDPA_MASK_SLIDING_WINDOW, SDPA_LAYOUT_THD, 0, 0, 0, 1},
     /* a small grid (16 blocks of kv tiles): the small-grid tiles */
     {SDPA_DTYPE_FP16, SDPA_MASK_SLIDING_WINDOW, SDPA_LAYOUT_BSHD, 0, 1, 0, 1},
+    /* deterministic without a mask: the grouped launch order's decode */
+    {SDPA_DTYPE_BF16, SDPA_MASK_NONE, SDPA_LAYOUT_BSHD, 0, 0, 1, 0},
 };
 #define VARIANTS ((int)(sizeof variants / sizeof variants[0]))
 

@@ -972,7 +972,8 @@ START_TEST(small_grid_tiles) {
 END_TEST
 
 /* The masked launch order's groups: about 256 blocks of kv tiles, at
- * most every (sequence, kv head) pair, or SDPA_JIT_ORDER_GROUP. */
+ * most every (sequence, kv head) pair (deterministic: every pair), or
+ * SDPA_JIT_ORDER_GROUP. */
 START_TEST(launch_order_group) {
   sdpa_bwd_desc d = good(); /* 2 sequences x 8 kv heads: 16 pairs */
   d.arch = 90;
@@ -987,6 +988,13 @@ START_TEST(launch_order_group) {
   ck_assert_int_eq(choices_of(&d).order_group, 1);
   d.seqlen_q = d.seqlen_kv = 1024; /* 8 tiles: 32 pairs wanted, 16 exist */
   ck_assert_int_eq(choices_of(&d).order_group, 16);
+  /* deterministic: every pair in one group, however long the sequences */
+  d.deterministic = 1;
+  d.seqlen_q = d.seqlen_kv = 40000;
+  ck_assert_int_eq(choices_of(&d).order_group, 16);
+  d.deterministic = 0;
+  ck_assert_int_eq(choices_of(&d).order_group, 1);
+  d.seqlen_q = d.seqlen_kv = 1024;
 
   sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
   o.order_group = 3;
