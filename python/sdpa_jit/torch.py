@@ -441,6 +441,7 @@ def set_plan_options(**fields):
     with _plans_lock:
         _plan_options = options
         _plan_options_epoch += 1
+        _fast.clear()
 
 
 def compile_records():
@@ -461,6 +462,7 @@ def clear_plans():
     """Drops the cached plans (each C plan is destroyed once unused)."""
     with _plans_lock:
         _plans.clear()
+        _fast.clear()
 
 
 def _compile(plan, device_index, reason):
@@ -758,6 +760,67 @@ def _varlen_backward(ctx, dout, dlse):
 _varlen_forward_op.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
 
 
+# ------------------------------------------------ the eager fast path
+# An eager attention() call whose signature (shapes, strides, dtypes,
+# devices, arguments, forward preference) was seen before skips the
+# argument checks and the forward's lookup, and its backward the plan
+# lookup: what the signature's first calls decided is kept in a _Fast (at
+# most PLAN_CACHE_SIZE signatures; dropped with the plans, and when the
+# plan options change). Anything else (unaligned pointers, another dO
+# layout, poisoned outputs) takes the general path.
+
+
+class _Fast:
+    __slots__ = ("forward", "backward")
+
+    def __init__(self):
+        self.forward = None  # the signature's _Forward, once known
+        self.backward = None  # a _FastBackward, once a backward ran
+
+
+class _FastBackward:
+    """A backward of one signature and dO layout: its plan entry and the
+    gradients' layouts (those _empty_in_order gives)."""
+    __slots__ = ("entry", "dout_stride", "grads", "index")
+
+    def __init__(self, entry, dout_stride, grads, index):
+        self.entry, self.dout_stride, self.grads, self.index = entry, dout_stride, grads, index
+
+
+_fast = {}
+
+
+def _remember_backward(fast, dout, q, k, v, out, lse, grads, params):
+    """After a general backward: the plan entry it ran, for the next."""
+    dq, dk, dv = grads
+    key = (False, q.device.index, _plan_options_epoch, q.dtype, params, 0, 0, q.shape, k.shape, v.shape,
+           lse.shape, None, q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(), lse.stride(),
+           dq.stride(), dk.stride(), dv.stride())
+    entry = _plans.get(key)
+    if entry is not None and entry.plan is not None:
+        fast.backward = _FastBackward(entry, dout.stride(),
+                                      tuple((t.shape, t.stride()) for t in grads), q.device.index)
+
+
+def _fast_backward(fast, dout, q, k, v, out, lse):
+    """(dq, dk, dv) by the remembered plan, or None for the general path."""
+    b = fast.backward
+    if b is None or _poison_outputs or dout.stride() != b.dout_stride:
+        return None
+    ptrs = (dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr())
+    if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4]) & 15:
+        return None
+    (sq, tq), (sk, tk), (sv, tv) = b.grads
+    device = q.device
+    dq = torch.empty_strided(sq, tq, dtype=q.dtype, device=device)
+    dk = torch.empty_strided(sk, tk, dtype=q.dtype, device=device)
+    dv = torch.empty_strided(sv, tv, dtype=q.dtype, device=device)
+    tensors = BwdTensors(1, ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[0], lse.data_ptr(), dq.data_ptr(),
+                         dk.data_ptr(), dv.data_ptr(), None, None, 0, 0)
+    _launch(b.entry, tensors, b.index, device)
+    return dq, dk, dv
+
+
 # --------------------------------------------- eager autograd functions
 # The same implementations under a plain autograd.Function: eager calls
 # skip the custom-op dispatch (tens of microseconds a call).
@@ -765,18 +828,31 @@ _varlen_forward_op.register_autograd(_varlen_backward, setup_context=_varlen_set
 
 class _DenseFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, wl, wr, scale, deterministic, prefer):
-        out, lse = _forward_dense(q, k, v, mask, wl, wr, scale, prefer)
+    def forward(ctx, q, k, v, mask, wl, wr, scale, deterministic, prefer, fast):
+        plan = fast.forward
+        if plan is not None and not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15):
+            out, lse = _run_forward(plan.kind, q, k, v, scale)
+            if out.stride() != plan.out_layout[1] or lse.stride() != plan.lse_layout[1]:
+                out = _into_layout(out, plan.out_layout)
+                lse = _into_layout(lse, plan.lse_layout)
+        else:
+            out, lse = _forward_dense(q, k, v, mask, wl, wr, scale, prefer)
+            fast.forward = _forwards.get((q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
+                                          q.dtype, mask, wl, wr, prefer))
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.params = (mask, wl, wr, scale, deterministic)
+        ctx.fast = fast
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward_dense(dout, q, k, v, out, lse, *ctx.params)
-        return dq, dk, dv, None, None, None, None, None, None
+        grads = _fast_backward(ctx.fast, dout, q, k, v, out, lse)
+        if grads is None:
+            grads = _backward_dense(dout, q, k, v, out, lse, *ctx.params)
+            _remember_backward(ctx.fast, dout, q, k, v, out, lse, grads, ctx.params)
+        return grads[0], grads[1], grads[2], None, None, None, None, None, None, None
 
 
 class _VarlenFunction(torch.autograd.Function):
@@ -829,6 +905,18 @@ def attention(q, k, v, *, causal=None, window=None, scale=None, enable_gqa=False
     1/sqrt(D). enable_gqa: allow Hkv < Hq (query head h reads kv head
     h // (Hq / Hkv)). deterministic: a bitwise reproducible backward.
     """
+    sig = None
+    if eager_function and not torch.compiler.is_compiling():
+        try:
+            sig = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
+                   q.device, k.device, v.device, causal, window, scale, enable_gqa, bool(deterministic),
+                   forward_backend)
+            fast = _fast.get(sig)
+        except (AttributeError, TypeError):  # not tensors, or arguments that do not hash
+            sig = fast = None
+        if fast is not None:
+            out, _ = _DenseFunction.apply(q, k, v, *fast.args, fast.entry)
+            return out
     fn = "sdpa_jit.torch.attention"
     _check_tensors(fn, ("q", "k", "v"), (q, k, v), 4)
     b, hq, sq, d = q.shape
@@ -846,9 +934,24 @@ def attention(q, k, v, *, causal=None, window=None, scale=None, enable_gqa=False
     prefer = _forward_preference(fn)
     if _use_custom_op():
         out, _ = _attention_forward_op(q, k, v, mask, wl, wr, scale, deterministic, prefer)
-    else:
-        out, _ = _DenseFunction.apply(q, k, v, mask, wl, wr, scale, deterministic, prefer)
+        return out
+    entry = _Fast()
+    args = (mask, wl, wr, scale, deterministic, prefer)
+    out, _ = _DenseFunction.apply(q, k, v, *args, entry)
+    if sig is not None:
+        with _plans_lock:
+            _fast[sig] = _Signature(args, entry)
+            while len(_fast) > PLAN_CACHE_SIZE:
+                del _fast[next(iter(_fast))]
     return out
+
+
+class _Signature:
+    """A seen attention() signature: the checked arguments, its _Fast."""
+    __slots__ = ("args", "entry")
+
+    def __init__(self, args, entry):
+        self.args, self.entry = args, entry
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=None,
