@@ -158,13 +158,6 @@ constexpr bool DS_FP32_P = KV_TN * (KV_TD + KV_TDV) / 32 < 128 &&
 #else
 constexpr bool DS_FP32_P = false;
 #endif
-/* The packing the registers hold P in until dS: the dtype's with
- * DS_FP32_P (it then only goes to shared memory), else fp16, also for
- * bf16 inputs, whose P for dV is packed apart: P lies in [0, 1], where
- * fp16's 11-bit significand rounds it 8x finer than bf16's, so dS carries
- * about one rounding (its own) as from the fp32 P, at the same registers. */
-constexpr int P_PK = DS_FP32_P ? DT : 1;
-constexpr bool P_SPLIT = P_PK != DT;
 
 /* P and dS go to shared memory by stmatrix (sm_90 and later), except
  * with 4 warps: there dK/dV hold 128 registers a thread, and holding a
@@ -480,8 +473,8 @@ SDPA_DEVICE void mask_tile(float (&acc_s)[S_TM / 16][S_TN / 8][4], int s_m, int 
 }
 
 /* P = exp2(S * scale_log2 - LSE * log2e) for a warp's S tile, to shared
- * memory in the dtype and packed into p_pk as P_PK (and in place into
- * acc_s, fp32, with DS_FP32_P). A row whose LSE is -inf sees no key: its
+ * memory and packed into p_pk (and in place into acc_s, fp32, with
+ * DS_FP32_P). A row whose LSE is -inf sees no key: its
  * LSE is taken as +inf, so P = 0 (and a -inf score never meets a -inf
  * LSE: no NaN). MASKED: P = 0 outside each row's visible columns, for the
  * 4-warp configurations (the 128-register dK/dV accumulators leave no room
@@ -491,7 +484,6 @@ SDPA_DEVICE void softmax_tile(float (&acc_s)[S_TM / 16][S_TN / 8][4],
                               u32 (&p_pk)[S_TM / 16][2][S_TN / 8], const float *lse,
                               u16 *sP, int s_m, int s_n, int g, int t, float scale_log2,
                               const Band &band, int i0, int k0, int sq, int skv) {
-  u32 p_st[S_TM / 16][2][S_TN / 8]; /* P_SPLIT with STSM: the dtype's P */
 #pragma unroll
   for (int mi = 0; mi < S_TM / 16; ++mi)
 #pragma unroll
@@ -512,13 +504,11 @@ SDPA_DEVICE void softmax_tile(float (&acc_s)[S_TM / 16][S_TN / 8][4],
           if (MASKED && (c < cmin || c > cmax)) pv[e] = 0.f;
           if (DS_FP32_P) acc_s[mi][nj][hf * 2 + e] = pv[e];
         }
-        p_pk[mi][hf][nj] = pack2<P_PK>(pv[0], pv[1]);
-        const u32 st = P_SPLIT ? pack2<DT>(pv[0], pv[1]) : p_pk[mi][hf][nj];
-        if (!STSM) *(u32 *)(sP + r * LD_N + s_n + nj * 8 + 2 * t) = st;
-        else if (P_SPLIT) p_st[mi][hf][nj] = st;
+        p_pk[mi][hf][nj] = pack2<DT>(pv[0], pv[1]);
+        if (!STSM) *(u32 *)(sP + r * LD_N + s_n + nj * 8 + 2 * t) = p_pk[mi][hf][nj];
       }
     }
-  if (STSM) store_frags<S_TM, S_TN>(sP + s_m * LD_N + s_n, LD_N, P_SPLIT ? p_st : p_pk);
+  if (STSM) store_frags<S_TM, S_TN>(sP + s_m * LD_N + s_n, LD_N, p_pk);
 }
 
 /* Issues the loads of one step (head lh, query tile lit) into buffer
@@ -620,12 +610,11 @@ SDPA_DEVICE void scores_and_ds(const sdpa_kernel_params &p, bool visible, const 
               pack2<DT>(acc_s[mi][nj][hf * 2] * (acc_dp[mi][nj][hf * 2] - row_delta),
                         acc_s[mi][nj][hf * 2 + 1] * (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
         } else {
-          /* From P packed as P_PK, multiplied in fp32: P's rounding (fp16's,
-           * also for bf16) and dS's (bf16's packed product made three);
-           * for fp16 dP - Delta may also exceed its range where dS does
-           * not. */
-          const float p0 = to_float<P_PK>((u16)(pp & 0xffff));
-          const float p1 = to_float<P_PK>((u16)(pp >> 16));
+          /* From the P rounded for dV, multiplied in fp32: two roundings
+           * (bf16's packed product made three); for fp16 dP - Delta may
+           * also exceed its range where dS does not. */
+          const float p0 = to_float<DT>((u16)(pp & 0xffff));
+          const float p1 = to_float<DT>((u16)(pp >> 16));
           ds_pk[mi][hf][nj] = pack2<DT>(p0 * (acc_dp[mi][nj][hf * 2] - row_delta),
                                         p1 * (acc_dp[mi][nj][hf * 2 + 1] - row_delta));
         }
