@@ -483,8 +483,8 @@ int64_t sdpa_dq_blocks(const sdpa_bwd_desc *d, int64_t rows_q) {
 /* (sequence, kv head) pairs per group of the masked launch order (the
  * 8-warp kernels; the 4-warp ones run j-major and ignore it), for
  * `kv_tiles` >= 1 kv tiles a pair: ORDER_GROUP_BLOCKS worth of kv tiles
- * (deterministic plans, every mask: every pair, so that a kv tile never
- * runs beside the lower kv tiles of its pair whose dQ adds it waits for),
+ * (deterministic plans: every pair, so that a kv tile never runs beside
+ * the lower kv tiles of its pair whose dQ adds it waits for),
  * or options.order_group (tuning and testing: any positive count; the
  * grid is the same); at most every pair. */
 static int launch_order_group(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o,

@@ -184,12 +184,14 @@ template <bool B> struct Flag {
  * before tile j+1 (heaviest first, no long CTA left for the end), and the
  * groups follow each other: the tiles in flight belong to a few heads,
  * whose Q, dO and dQ accumulator stay in L2 (8-warp configurations).
- * Deterministic plans take that order for every mask, with every pair in
- * one group: a kv tile's ordered dQ adds wait for the lower kv tiles of
- * its pair, which then run a wave earlier instead of beside it. */
+ * Deterministic plans take every pair as one group: a kv tile's ordered
+ * dQ adds wait for the lower kv tiles of its pair, which then run a wave
+ * earlier instead of beside it (without a mask the plain order measured
+ * faster: its kv tiles of a pair walk the query tiles in step, one wait
+ * at the start, and share their Q/dO reads and dQ adds in L2). */
 SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &hk) {
   const int kv_tiles = (p.seqlen_kv + N - 1) / N;
-#if SDPA_MASK == 0 && !SDPA_DETERMINISTIC
+#if SDPA_MASK == 0
   j = blockIdx.x % kv_tiles;
   b = blockIdx.x / kv_tiles;
   hk = blockIdx.y;

@@ -188,15 +188,14 @@ static_assert(DQ_SPLIT_M || (D / 2) % 64 == 0 || D / 2 < 64, "dQ halves inside b
 /* ----------------------------------------------------------- work split */
 
 /* The block's kv tile j, sequence b, kv head hk; the mma family's order
- * (sdpa_bwd.cuh, decode_block): no mask: x = b * kv_tiles + j; masked or
- * deterministic: within groups of p.order_group (sequence, kv head) pairs,
- * kv tile j of each before j + 1 (heaviest first; deterministic plans take
- * every pair as one group, so that the kv tiles in flight together belong
- * to different pairs and do not wait on each other's ordered dQ adds). */
+ * (sdpa_bwd.cuh, decode_block): no mask: x = b * kv_tiles + j; masked:
+ * within groups of p.order_group (sequence, kv head) pairs, kv tile j of
+ * each before j + 1 (heaviest first; deterministic plans take every pair
+ * as one group). */
 SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &hk) {
   const unsigned bx = blockIdx.x, by = blockIdx.y;
   const int kv_tiles = (p.seqlen_kv + HOP_N - 1) / HOP_N;
-#if SDPA_MASK == 0 && !SDPA_DETERMINISTIC
+#if SDPA_MASK == 0
   j = bx % kv_tiles;
   b = bx / kv_tiles;
   hk = by;

@@ -66,9 +66,8 @@ typedef struct sdpa_kernel_params {
   sdpa_i32 q_tiles;  /* ceil(seqlen_q / Q_TILE)                     */
   sdpa_i32 q_blocks; /* ceil(seqlen_q / 16)                         */
   sdpa_i32 window_left, window_right; /* -1 unbounded               */
-  sdpa_i32 order_group; /* masked or deterministic launch order:
-                           (sequence, kv head) pairs a group spans
-                           (sdpa_bwd.cuh)                            */
+  sdpa_i32 order_group; /* masked launch order: (sequence, kv head)
+                           pairs a group spans (sdpa_bwd.cuh)        */
   float scale;       /* softmax scale                               */
   float scale_log2;  /* scale * log2(e)                             */
 } sdpa_kernel_params;

@@ -187,7 +187,7 @@ START_TEST(representative_keys_compile_clean) {
       {SDPA_DTYPE_BF16, 64, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0},
       {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1, 1},
       {SDPA_DTYPE_FP16, 64, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 0, 1},
-      /* deterministic without a mask: the grouped launch order */
+      /* deterministic without a mask */
       {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 1},
   };
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
