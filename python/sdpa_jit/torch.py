@@ -767,7 +767,7 @@ _varlen_forward_op.register_autograd(_varlen_backward, setup_context=_varlen_set
 # lookup: what the signature's first calls decided is kept in a _Fast (at
 # most PLAN_CACHE_SIZE signatures; dropped with the plans, and when the
 # plan options change). Anything else (unaligned pointers, another dO
-# layout, poisoned outputs) takes the general path.
+# layout) takes the general path.
 
 
 class _Fast:
@@ -805,7 +805,7 @@ def _remember_backward(fast, dout, q, k, v, out, lse, grads, params):
 def _fast_backward(fast, dout, q, k, v, out, lse):
     """(dq, dk, dv) by the remembered plan, or None for the general path."""
     b = fast.backward
-    if b is None or _poison_outputs or dout.stride() != b.dout_stride:
+    if b is None or dout.stride() != b.dout_stride:
         return None
     ptrs = (dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr())
     if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4]) & 15:
@@ -815,6 +815,9 @@ def _fast_backward(fast, dout, q, k, v, out, lse):
     dq = torch.empty_strided(sq, tq, dtype=q.dtype, device=device)
     dk = torch.empty_strided(sk, tk, dtype=q.dtype, device=device)
     dv = torch.empty_strided(sv, tv, dtype=q.dtype, device=device)
+    if _poison_outputs:
+        for t in (dq, dk, dv):
+            t.fill_(float("nan"))
     tensors = BwdTensors(1, ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[0], lse.data_ptr(), dq.data_ptr(),
                          dk.data_ptr(), dv.data_ptr(), None, None, 0, 0)
     _launch(b.entry, tensors, b.index, device)

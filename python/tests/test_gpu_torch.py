@@ -364,6 +364,50 @@ def test_custom_op_and_eager_function_agree():
 
 
 @gpu
+def test_a_seen_signature_takes_the_fast_path():
+    """The second eager call of one signature runs its remembered backward
+    (no general backward), with the first call's results bitwise
+    (deterministic); a dO of another layout takes the general path again,
+    with the same results; outputs poisoned before every backward."""
+    b, h, s, d = 2, 4, 320, 64
+    q, k, v = (randn(b, h, s, d).requires_grad_() for _ in range(3))
+    dout = randn(b, h, s, d)
+
+    def run(do):
+        out = st.attention(q, k, v, causal="top_left", deterministic=True)
+        return (out.detach(),) + torch.autograd.grad(out, (q, k, v), do)
+
+    st.clear_plans()
+    general = st._backward_dense
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return general(*args)
+
+    st._backward_dense = counted
+    try:
+        first = run(dout)
+        assert len(calls) == 1 and len(st._fast) == 1
+        (seen,) = st._fast.values()
+        assert seen.entry.forward is not None and seen.entry.backward is not None
+        second = run(dout)
+        assert len(calls) == 1, "the second call took the general backward"
+        third = run(dout.transpose(1, 2).contiguous().transpose(1, 2))  # dO in [B, S, H, D] memory
+        assert len(calls) == 2, "a new dO layout did not take the general backward"
+    finally:
+        st._backward_dense = general
+    for name, a, c, e in zip(("out", "dq", "dk", "dv"), first, second, third):
+        assert torch.isfinite(c).all(), f"{name}: not finite on the fast path"
+        assert torch.equal(a, c), f"{name}: the fast path differs from the general one"
+        assert torch.equal(a, e), f"{name}: another dO layout differs"
+    ok = visible(s, s, "top_left", None, q.device)
+    ref = grads(lambda q_, k_, v_: reference(q_, k_, v_, ok, 1.0 / math.sqrt(d)), q, k, v, dout.double())
+    pt = grads(lambda q_, k_, v_: torch_attention(q_, k_, v_, ok, 1.0 / math.sqrt(d)), q, k, v, dout)
+    check_against_reference("fast-path", second, pt, ref, q.dtype)
+
+
+@gpu
 def test_opcheck():
     """torch.library.opcheck: schema, fake (meta) functions against the real
     ones, autograd registration."""
@@ -601,6 +645,7 @@ def test_not_compiled_in_this_context_is_compiled_and_run():
     (key, entry), = st._plans.items()
     raw = sdpa_jit.Plan(sdpa_jit.default_runtime(), entry.plan.desc)  # made, never compiled
     st._plans[key] = st._Entry(raw, entry.fix_in, entry.fix_out)
+    st._fast.clear()  # the eager fast path remembers the compiled entry: look the plan up again
     again = grads(fn, q, k, v, dout)
     assert st.compile_records()[-1]["reason"] == "not loaded in this context"
     for a, c in zip(first, again):
