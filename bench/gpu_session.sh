@@ -2,12 +2,13 @@
 # gpu_session.sh — everything one GPU session runs, in one go, from a build
 # made on the build host (carried as build/): the GPU test suite, the
 # benchmarks and the comparison with PyTorch. Logs go to $OUT (or ./gpu-out).
-#   bench/gpu_session.sh [tests] [tests-mma] [bench] [torch] [sanitize]
+#   bench/gpu_session.sh [tests] [tests-mma] [bench] [det] [torch] [sanitize]
 #                                               (default: tests bench torch)
 # tests runs the GPU suite with the default family choice (the sm_90a
 # family where it covers a case), tests-mma with mma.sync forced; torch
 # compares with PyTorch in both memory orders, head dims beyond 64 and 128
-# included (--more-head-dims). Each step has a time cap (TESTS_S, BENCH_S,
+# included (--more-head-dims); det times the deterministic plans against
+# the others with each family forced. Each step has a time cap (TESTS_S, BENCH_S,
 # TORCH_S seconds).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,13 @@ for step in $steps; do
       timeout ${BENCH_S:-300} ./build/bench/bench_bwd 2>&1 | tee "$OUT/bench_bwd.txt" | tail -40 ;;
     jit)
       ./build/bench/bench_jit 2>&1 | tee "$OUT/bench_jit.txt" | tail -20 ;;
+    det) # deterministic against not, each family forced, bf16 --quick grid
+      for family in hopper mma; do
+        for det in "" --deterministic; do
+          SDPA_JIT_FAMILY=$family timeout ${BENCH_S:-300} ./build/bench/bench_bwd --quick $det 2>&1 \
+            | tee -a "$OUT/bench_det.txt" | grep -E "^(bf16|fp16)"
+        done
+      done ;;
     torch)
       for memory in bhsd bshd; do
         PYTHONUNBUFFERED=1 timeout ${TORCH_S:-400} python3 bench/compare_torch.py \
