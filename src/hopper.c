@@ -59,7 +59,7 @@ int sdpa_hopper_covers(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, c
     snprintf(why, why_size, "sm_%d: the Hopper family needs sm_90 (H100, H200)", d->arch);
     return 0;
   }
-  if (!sdpa_hopper_supported(d->head_dim, d->head_dim_v, d->deterministic)) {
+  if (!sdpa_hopper_supported(d->head_dim, d->head_dim_v)) {
     snprintf(why, why_size,
              "head_dim %d, head_dim_v %d: the Hopper family covers head_dim = head_dim_v "
              "of 64 or 128",

@@ -636,8 +636,7 @@ SDPA_DEVICE void reduce_dq(const sdpa_kernel_params &p, const Band &band, int b,
                            int j, int i0, int sq, sdpa_i64 blk0, const u16 *sdS,
                            const u16 *sK, int q_m, int q_d, int lane) {
 #if SDPA_DETERMINISTIC
-  int kv_first = 0;
-  if (band.left >= 0) kv_first = max(0, i0 + band.off - band.left) / N;
+  const int kv_first = band_first_kv_tile(band, i0, N);
   int *sem = p.semaphores + ((sdpa_i64)h * p.batch + b) * p.q_tiles + it;
 #endif
   const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (DQA * 16);

@@ -94,7 +94,7 @@
  * head dims: the translation unit's tiles must be those. */
 constexpr sdpa_hopper_config HOP_CFG = {D, DV, HOP_M, HOP_N, SDPA_WARPS, HOP_STAGES};
 constexpr sdpa_hopper_config HOP_CHOSEN = sdpa_hopper_choose(D, DV);
-static_assert(sdpa_hopper_supported(D, DV, SDPA_DETERMINISTIC), "head dims of the sm_90a family");
+static_assert(sdpa_hopper_supported(D, DV), "head dims of the sm_90a family");
 static_assert(HOP_M == HOP_CHOSEN.q_tile && HOP_N == HOP_CHOSEN.kv_tile &&
                   SDPA_WARPS == HOP_CHOSEN.warps && HOP_STAGES == HOP_CHOSEN.stages,
               "tiles, warps and stages as sdpa_hopper_choose gives them");
@@ -349,13 +349,6 @@ SDPA_DEVICE void mask_probs(float (&s)[HOP_M / 2], const Work &w, int row0, int 
   }
 }
 
-/* The first kv tile (index) that visits the query tile starting at row
- * i0: its lowest visible key is i0 + off - left under a left window, else
- * key 0. */
-SDPA_DEVICE int kv_first_visitor(const Work &w, int i0) {
-  return w.band.left >= 0 ? max(0, i0 + w.band.off - w.band.left) / HOP_N : 0;
-}
-
 /* The dQ GEMM of one consumer: dq = dS[q rows q_off.., all kv] *
  * K[all kv, d_off..d_off + DQ_N). */
 SDPA_DEVICE void dq_gemm(float (&dq)[DQ_N / 2], u32 s_ds, u32 s_k, int q_off, int d_off) {
@@ -528,7 +521,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
      * it in index order. Wait until the ones before this tile are done
      * (the counter holds how many, from the first that visits it). */
     int *const sem = p.semaphores + ((sdpa_i64)h * p.batch + w.b) * p.q_tiles + it;
-    const int kv_rank = w.k0 / HOP_N - kv_first_visitor(w, i0);
+    const int kv_rank = w.k0 / HOP_N - band_first_kv_tile(w.band, i0, HOP_N);
     if (threadIdx.x == 128) {
       int seen;
       do {

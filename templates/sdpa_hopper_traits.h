@@ -45,10 +45,9 @@ typedef struct sdpa_hopper_config {
   int stages;  /* Q/dO ring depth                    */
 } sdpa_hopper_config;
 
-/* Whether the family compiles these head dims (and deterministic flag):
- * head_dim == head_dim_v in {64, 128}, deterministic or not. */
-SDPA_HOPPER_TRAIT int sdpa_hopper_supported(int head_dim, int head_dim_v, int deterministic) {
-  (void)deterministic;
+/* Whether the family compiles these head dims: head_dim == head_dim_v in
+ * {64, 128} (deterministic or not). */
+SDPA_HOPPER_TRAIT int sdpa_hopper_supported(int head_dim, int head_dim_v) {
   return head_dim == head_dim_v && (head_dim == 64 || head_dim == 128);
 }
 

@@ -33,6 +33,13 @@ SDPA_DEVICE Band make_band(const sdpa_kernel_params &p, int sq, int skv) {
   return b;
 }
 
+/* The first kv tile (of `n` keys) that visits a query tile starting at
+ * row i: its lowest visible key is i + off - left under a left window,
+ * else key 0 (the deterministic dQ adds' order starts there). */
+SDPA_DEVICE int band_first_kv_tile(const Band &band, int i, int n) {
+  return band.left >= 0 ? max(0, i + band.off - band.left) / n : 0;
+}
+
 /* Sequence bounds of batch entry / sequence `b`: first row of q and kv in
  * the row space of the workspace, lengths. Returns false (and flags the
  * error once) when THD offsets are inconsistent with the launch. */
