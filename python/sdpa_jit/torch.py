@@ -308,6 +308,20 @@ def _pytorch_picks_cudnn(q, k, v, is_causal, scale):
         return False
 
 
+def _forward_key(q, k, v, mask, wl, wr, prefer):
+    """What the forward's choice (_forwards) is kept by."""
+    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, mask, wl, wr, prefer)
+
+
+def _run_planned(plan, q, k, v, scale):
+    """(out, lse) by a _Forward on aligned inputs, in its layouts."""
+    out, lse = _run_forward(plan.kind, q, k, v, scale)
+    if out.stride() != plan.out_layout[1] or lse.stride() != plan.lse_layout[1]:
+        out = _into_layout(out, plan.out_layout)
+        lse = _into_layout(lse, plan.lse_layout)
+    return out, lse
+
+
 def _forward_dense(q, k, v, mask, wl, wr, scale, prefer=0):
     """(out [B, H, Sq, Dv], lse) by PyTorch's fused forward: the kernel of
     _dense_forward_kind (what the fake implementation runs on meta tensors),
@@ -315,14 +329,9 @@ def _forward_dense(q, k, v, mask, wl, wr, scale, prefer=0):
     "cudnn", or "auto" where PyTorch itself would pick cuDNN), its outputs
     in the same layouts."""
     if not _is_fake(q):
-        key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, mask, wl, wr, prefer)
-        plan = _forwards.get(key)
+        plan = _forwards.get(_forward_key(q, k, v, mask, wl, wr, prefer))
         if plan is not None and not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15):
-            out, lse = _run_forward(plan.kind, q, k, v, scale)
-            if out.stride() != plan.out_layout[1] or lse.stride() != plan.lse_layout[1]:
-                out = _into_layout(out, plan.out_layout)
-                lse = _into_layout(lse, plan.lse_layout)
-            return out, lse
+            return _run_planned(plan, q, k, v, scale)
     return _forward_dense_slow(q, k, v, mask, wl, wr, scale, prefer)
 
 
@@ -362,7 +371,7 @@ def _forward_dense_slow(q, k, v, mask, wl, wr, scale, prefer):
         out, lse = _run_forward(run, q, k, v, scale)
     out, lse = _into_layout(out, layouts[0]), _into_layout(lse, layouts[1])
     if original == (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride()):
-        _forwards[original + (q.dtype, mask, wl, wr, prefer)] = _Forward(run, *layouts)
+        _forwards[_forward_key(q, k, v, mask, wl, wr, prefer)] = _Forward(run, *layouts)
     return out, lse
 
 
@@ -588,6 +597,13 @@ def _backward_varlen(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, mask, wl
     return dq, dk, dv
 
 
+def _plan_key(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, max_q, max_k, params):
+    """What a plan (_plans) is kept by: everything its descriptor is made of."""
+    return (thd, q.device.index, _plan_options_epoch, q.dtype, params, max_q, max_k, q.shape, k.shape, v.shape,
+            lse.shape, cu_q.shape if thd else None, q.stride(), k.stride(), v.stride(), out.stride(),
+            dout.stride(), lse.stride(), dq.stride(), dk.stride(), dv.stride())
+
+
 def _backward_into(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, max_q, max_k, params,
                    copied=False):
     """Runs the backward into dq, dk, dv. The plan is looked up by
@@ -596,9 +612,7 @@ def _backward_into(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, max_q, 
     outputs computed in a contiguous copy and copied back)."""
     device = q.device
     index = device.index
-    key = (thd, index, _plan_options_epoch, q.dtype, params, max_q, max_k, q.shape, k.shape, v.shape, lse.shape,
-           cu_q.shape if thd else None, q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(),
-           lse.stride(), dq.stride(), dk.stride(), dv.stride())
+    key = _plan_key(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, max_q, max_k, params)
     entry = _plans.get(key)
     if entry is None:
         entry = _lookup(key, lambda: _make_entry(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, max_q,
@@ -771,9 +785,13 @@ _varlen_forward_op.register_autograd(_varlen_backward, setup_context=_varlen_set
 
 
 class _Fast:
-    __slots__ = ("forward", "backward")
+    """A seen attention() signature: its checked arguments (mask, window
+    left and right, scale, deterministic, forward preference), and what its
+    calls found."""
+    __slots__ = ("args", "forward", "backward")
 
-    def __init__(self):
+    def __init__(self, args):
+        self.args = args
         self.forward = None  # the signature's _Forward, once known
         self.backward = None  # a _FastBackward, once a backward ran
 
@@ -792,11 +810,7 @@ _fast = {}
 
 def _remember_backward(fast, dout, q, k, v, out, lse, grads, params):
     """After a general backward: the plan entry it ran, for the next."""
-    dq, dk, dv = grads
-    key = (False, q.device.index, _plan_options_epoch, q.dtype, params, 0, 0, q.shape, k.shape, v.shape,
-           lse.shape, None, q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(), lse.stride(),
-           dq.stride(), dk.stride(), dv.stride())
-    entry = _plans.get(key)
+    entry = _plans.get(_plan_key(False, dout, q, k, v, out, lse, *grads, None, 0, 0, params))
     if entry is not None and entry.plan is not None:
         fast.backward = _FastBackward(entry, dout.stride(),
                                       tuple((t.shape, t.stride()) for t in grads), q.device.index)
@@ -834,14 +848,10 @@ class _DenseFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, wl, wr, scale, deterministic, prefer, fast):
         plan = fast.forward
         if plan is not None and not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15):
-            out, lse = _run_forward(plan.kind, q, k, v, scale)
-            if out.stride() != plan.out_layout[1] or lse.stride() != plan.lse_layout[1]:
-                out = _into_layout(out, plan.out_layout)
-                lse = _into_layout(lse, plan.lse_layout)
+            out, lse = _run_planned(plan, q, k, v, scale)
         else:
             out, lse = _forward_dense(q, k, v, mask, wl, wr, scale, prefer)
-            fast.forward = _forwards.get((q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
-                                          q.dtype, mask, wl, wr, prefer))
+            fast.forward = _forwards.get(_forward_key(q, k, v, mask, wl, wr, prefer))
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.params = (mask, wl, wr, scale, deterministic)
         ctx.fast = fast
@@ -918,7 +928,7 @@ def attention(q, k, v, *, causal=None, window=None, scale=None, enable_gqa=False
         except (AttributeError, TypeError):  # not tensors, or arguments that do not hash
             sig = fast = None
         if fast is not None:
-            out, _ = _DenseFunction.apply(q, k, v, *fast.args, fast.entry)
+            out, _ = _DenseFunction.apply(q, k, v, *fast.args, fast)
             return out
     fn = "sdpa_jit.torch.attention"
     _check_tensors(fn, ("q", "k", "v"), (q, k, v), 4)
@@ -938,23 +948,14 @@ def attention(q, k, v, *, causal=None, window=None, scale=None, enable_gqa=False
     if _use_custom_op():
         out, _ = _attention_forward_op(q, k, v, mask, wl, wr, scale, deterministic, prefer)
         return out
-    entry = _Fast()
-    args = (mask, wl, wr, scale, deterministic, prefer)
-    out, _ = _DenseFunction.apply(q, k, v, *args, entry)
+    fast = _Fast((mask, wl, wr, scale, deterministic, prefer))
+    out, _ = _DenseFunction.apply(q, k, v, *fast.args, fast)
     if sig is not None:
         with _plans_lock:
-            _fast[sig] = _Signature(args, entry)
+            _fast[sig] = fast
             while len(_fast) > PLAN_CACHE_SIZE:
                 del _fast[next(iter(_fast))]
     return out
-
-
-class _Signature:
-    """A seen attention() signature: the checked arguments, its _Fast."""
-    __slots__ = ("args", "entry")
-
-    def __init__(self, args, entry):
-        self.args, self.entry = args, entry
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=None,

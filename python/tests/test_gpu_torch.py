@@ -390,7 +390,7 @@ def test_a_seen_signature_takes_the_fast_path():
         first = run(dout)
         assert len(calls) == 1 and len(st._fast) == 1
         (seen,) = st._fast.values()
-        assert seen.entry.forward is not None and seen.entry.backward is not None
+        assert seen.forward is not None and seen.backward is not None
         second = run(dout)
         assert len(calls) == 1, "the second call took the general backward"
         third = run(dout.transpose(1, 2).contiguous().transpose(1, 2))  # dO in [B, S, H, D] memory
