@@ -34,7 +34,7 @@ captured in a CUDA graph and replayed back to back, since at 30-70 us a
 backward the host-side dispatch of either would be what is timed.
 
   python3 bench/compare_torch.py --lib build/libsdpa_jit.so [--quick | --small]
-      [--dtype bf16|fp16] [--hd D] [--more-head-dims] [--seq S] [--memory bhsd|bshd]
+      [--dtype bf16|fp16] [--hd D[,D...]] [--more-head-dims] [--seq S] [--memory bhsd|bshd]
       [--graph] [--runs N] [--csv FILE]
 """
 import argparse
@@ -412,7 +412,7 @@ def small_grid(args):
             continue
         tol = 1e-2 if dtype == "bf16" else 4e-3
         for hd in (64, 128):
-            if args.hd and hd != args.hd:
+            if args.hd and hd not in args.hd:
                 continue
             for causal in (False, True):
                 for s in lengths[hd]:
@@ -434,7 +434,7 @@ def grid(args):
             continue
         tol = 1e-2 if dtype == "bf16" else 4e-3
         for hd in (64, 128):
-            if (args.hd and hd != args.hd) or (args.quick and hd != 128):
+            if (args.hd and hd not in args.hd) or (args.quick and hd != 128):
                 continue
             for causal in (False, True):
                 for s in (1024, 2048, 4096, 8192, 16384):
@@ -447,7 +447,7 @@ def grid(args):
         # latent-attention models): S 4k and 8k, B*S = 16k, H*D ~ 2k
         for hd, hdv in ((80, 80), (96, 96), (112, 112), (160, 160), (192, 192), (256, 256),
                         (192, 128)):
-            if args.quick or (args.hd and hd != args.hd) or not args.more_head_dims:
+            if args.quick or (args.hd and hd not in args.hd) or not args.more_head_dims:
                 continue
             for causal in (False, True):
                 for s in (4096, 8192):
@@ -458,7 +458,7 @@ def grid(args):
                                       dtype=dtype, layout="bshd", batch=16384 // s, heads_q=2048 // hd,
                                       heads_kv=2048 // hd, seqlen=s, head_dim=hd, head_dim_v=hdv,
                                       causal=causal, tol=tol))
-        if (not args.hd or args.hd == 128) and not args.seq:
+        if (not args.hd or 128 in args.hd) and not args.seq:
             for causal in (False, True):
                 tag = "causal" if causal else "full"
                 cases.append(dict(name=f"{dtype} gqa64/8 S4k hd128 {tag}", dtype=dtype, layout="bshd",
@@ -477,7 +477,8 @@ def main():
     ap.add_argument("--small", action="store_true",
                     help="instead, bench_bwd --small's problems (B 1, H 16)")
     ap.add_argument("--dtype", choices=["bf16", "fp16"])
-    ap.add_argument("--hd", type=int, help="only the cases of this head_dim")
+    ap.add_argument("--hd", type=lambda v: [int(x) for x in v.split(",")],
+                    help="only the cases of these head dims (comma-separated)")
     ap.add_argument("--more-head-dims", action="store_true",
                     help="also head dims 80, 96, 112, 160, 192, 256 and 192/128 (S 4k, 8k)")
     ap.add_argument("--seq", type=int, help="only the BSHD cases of this sequence length")

@@ -2,8 +2,9 @@
  * hopper.c — the sm_90a family on the host (hopper.h).
  *
  * Coverage. The family's kernel (templates/sdpa_hopper.cuh) compiles for
- * sm_90a only (wgmma and setmaxnreg are arch-specific), for head_dim ==
- * head_dim_v in {64, 128}, deterministic or not (with
+ * sm_90a only (wgmma and setmaxnreg are arch-specific), for head dims
+ * that are multiples of 8 with head_dim_v <= head_dim <= 128
+ * (sdpa_hopper_supported), deterministic or not (with
  * SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT 0 deterministic plans take it only
  * when they ask for it), with the convert kernel writing dQ; every mask,
  * BSHD and THD, GQA, packed and strided LSE. Its
@@ -61,8 +62,8 @@ int sdpa_hopper_covers(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, c
   }
   if (!sdpa_hopper_supported(d->head_dim, d->head_dim_v)) {
     snprintf(why, why_size,
-             "head_dim %d, head_dim_v %d: the Hopper family covers head_dim = head_dim_v "
-             "of 64 or 128",
+             "head_dim %d, head_dim_v %d: the Hopper family covers head dims that are "
+             "multiples of 8 with head_dim_v <= head_dim <= 128",
              d->head_dim, d->head_dim_v);
     return 0;
   }

@@ -31,10 +31,11 @@
  *                            a named barrier over both consumers, then
  *                     dQ   = dS K     wgmma SS (dS MN-major, K MN-major),
  *                            the query tile split between the consumers
- *                            (M = 128: 64 rows each; M = 64: half the head
- *                            dim each), reduced into dq_accum with one
- *                            red.global.add.v4.f32 per 16x8 fragment (its
- *                            fragment order is the accumulator's)
+ *                            (M = 128: 64 rows each; M = 64: head-dim
+ *                            columns [0, 64) and [64, D)), reduced into
+ *                            dq_accum by bulk reduce-adds of its fragments
+ *                            staged in shared memory (dq_accum's fragment
+ *                            order is the accumulator's)
  *                   and releases the stage. After the loop: dK * scale and
  *                   dV from registers, rows < the kv tile's length.
  *   dS is double-buffered: a consumer writes step st+1's dS only after
@@ -42,8 +43,8 @@
  *   dQ GEMM of step st-1 (the one that read that buffer).
  *
  * Parameters (the translation unit #defines them; key fields):
- *   SDPA_DTYPE 1 fp16 | 2 bf16; SDPA_HEAD_DIM, SDPA_HEAD_DIM_V (equal: 64
- *   or 128); SDPA_Q_TILE, SDPA_KV_TILE, SDPA_WARPS, SDPA_STAGES as
+ *   SDPA_DTYPE 1 fp16 | 2 bf16; SDPA_HEAD_DIM, SDPA_HEAD_DIM_V (multiples
+ *   of 8, head_dim_v <= head_dim <= 128: sdpa_hopper_supported); SDPA_Q_TILE, SDPA_KV_TILE, SDPA_WARPS, SDPA_STAGES as
  *   sdpa_hopper_choose gives them; SDPA_LSE_PACKED; SDPA_LAYOUT 1 BSHD |
  *   2 THD; SDPA_MASK 0..3; SDPA_DETERMINISTIC (1: each query tile's dQ
  *   adds in kv-tile order, each waiting for the previous tile's adds to
@@ -164,22 +165,35 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
                   HOP_SMEM.total <= 232448,
               "the carve fits sm_90's 227 KiB with the base's alignment");
 
-/* Barriers (8 bytes each from SMEM_BAR): full[s], empty[s], kv. */
+/* Barriers (8 bytes each from SMEM_BAR): full[s], empty[s], kv, and
+ * (deterministic plans) dq_full, dq_empty: the dQ tile staged by the
+ * consumers for the dQ writer, and handed back once it has been read. */
 #define BAR_FULL(s) (SMEM_BAR + 8 * (s))
 #define BAR_EMPTY(s) (SMEM_BAR + 8 * (HOP_STAGES + (s)))
 #define BAR_KV (SMEM_BAR + 8 * 2 * HOP_STAGES)
+#define BAR_DQ_FULL (BAR_KV + 8)
+#define BAR_DQ_EMPTY (BAR_KV + 16)
 /* Arrivals that complete a phase: full = the TMA thread (with its bytes)
- * + the ROW_THREADS threads of the LSE/Delta rows; empty = every
- * consumer thread. */
+ * + the ROW_THREADS threads of the LSE/Delta rows; empty and dq_full =
+ * every consumer thread; dq_empty = the dQ writer. */
 #define ROW_THREADS 64
 #define FULL_ARRIVALS (1 + ROW_THREADS)
 #define EMPTY_ARRIVALS (128 * SDPA_HOPPER_CONSUMERS)
+#define DQ_FULL_ARRIVALS (128 * SDPA_HOPPER_CONSUMERS)
+static_assert(!SDPA_DETERMINISTIC || SDPA_HOPPER_DQ_BULK,
+              "deterministic dQ goes through the writer's bulk reduce-adds");
 
-/* dQ tile split between the consumers: M = 128, 64 query rows each; else
- * half the head dim each (each half inside 64-column boxes). */
+/* dQ tile split between the consumers (sdpa_hopper_traits.h): M = 128,
+ * 64 query rows each; else columns [0, 64) and [64, D). */
 #define DQ_SPLIT_M (HOP_M == 128)
-#define DQ_N sdpa_hopper_dq_cols(HOP_CFG)
-static_assert(DQ_SPLIT_M || (D / 2) % 64 == 0 || D / 2 < 64, "dQ halves inside boxes");
+#define DQ_N0 sdpa_hopper_dq_cols(HOP_CFG, 0)
+#define DQ_N1 sdpa_hopper_dq_cols(HOP_CFG, 1)
+static_assert(DQ_SPLIT_M || (sdpa_hopper_dq_col0(HOP_CFG, 1) % 64 == 0 && DQ_N0 == 64),
+              "each consumer's dQ columns start at a box");
+/* k16 steps of the reductions over D and DV (columns past a tensor's
+ * last one are zeros in shared memory: the bulk copies fill them) */
+#define D_STEPS ((D + 15) / 16)
+#define DV_STEPS ((DV + 15) / 16)
 
 #define LOG2E 1.4426950408889634f
 #define NEG_INF __int_as_float(0xff800000)
@@ -321,6 +335,48 @@ SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 ba
   }
 }
 
+/* Warp 3, one lane (deterministic plans): each step's dQ tile, staged by
+ * the consumers, into dq_accum in kv-tile order. The kv tiles that visit
+ * query tile (h, it) add into it in index order: wait until the ones
+ * before this tile are done (the tile's counter holds how many, from the
+ * first that visits it) and for the staged tile (dq_full); add it, one
+ * bulk reduce-add per 16-row block inside the sequence; hand the staging
+ * back once read (dq_empty); wait for the adds to be complete (not only
+ * read), then pass the turn on. The consumers run on meanwhile. */
+SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base) {
+  const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
+  float *const dq_tile0 = p.dq_accum + dq_block_base(p, w.b, w.q0) * blk_elems;
+  int h = w.h_first, it = w.it_lo;
+#pragma unroll 1
+  for (int st = 0; st < w.steps; ++st) {
+    const int i0 = it * HOP_M;
+    int *const sem = p.semaphores + ((sdpa_i64)h * p.batch + w.b) * p.q_tiles + it;
+    const int kv_rank = w.k0 / HOP_N - band_first_kv_tile(w.band, i0, HOP_N);
+    int seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
+    } while (seen != kv_rank);
+    mbar_wait(base + BAR_DQ_FULL, st & 1);
+    fence_proxy_async_global(); /* the adds after the counter's acquire */
+    float *const dqa = dq_tile0 + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
+#pragma unroll 1
+    for (int rb = 0; rb < HOP_M / 16; ++rb)
+      if (SDPA_EVEN || i0 + 16 * rb < w.sq)
+        bulk_reduce_add_f32(dqa + rb * blk_elems, base + SMEM_DQ + rb * (D * 16 * 4),
+                            D * 16 * 4);
+    bulk_wait_read();
+    mbar_arrive(base + BAR_DQ_EMPTY);
+    bulk_wait_all();
+    fence_proxy_async_global();
+    __threadfence();
+    asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(sem), "r"(kv_rank + 1) : "memory");
+    if (++it > w.it_hi) {
+      it = w.it_lo;
+      ++h;
+    }
+  }
+}
+
 /* -------------------------------------------------------------- consumer */
 
 /* P = 0 outside the band and in rows past the kv tile's end (after the
@@ -350,14 +406,86 @@ SDPA_DEVICE void mask_probs(float (&s)[HOP_M / 2], const Work &w, int row0, int 
 }
 
 /* The dQ GEMM of one consumer: dq = dS[q rows q_off.., all kv] *
- * K[all kv, d_off..d_off + DQ_N). */
-SDPA_DEVICE void dq_gemm(float (&dq)[DQ_N / 2], u32 s_ds, u32 s_k, int q_off, int d_off) {
+ * K[all kv, d_off..d_off + NQ). */
+template <int NQ>
+SDPA_DEVICE void dq_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off, int d_off) {
   const u32 a0 = s_ds + (q_off / 64) * BOX_DS + (q_off % 64) * 2;
   const u32 b0 = s_k + (d_off / 64) * BOX_KV + (d_off % 64) * 2;
 #pragma unroll
   for (int kk = 0; kk < HOP_N / 16; ++kk)
-    wgmma_ss<DQ_N, 1, 1>(dq, gmma_desc(a0 + kk * 2048, BOX_DS, 1024),
-                         gmma_desc(b0 + kk * 2048, BOX_KV, 1024), kk > 0);
+    wgmma_ss<NQ, 1, 1>(dq, gmma_desc(a0 + kk * 2048, BOX_DS, 1024),
+                       gmma_desc(b0 + kk * 2048, BOX_KV, 1024), kk > 0);
+}
+
+/* Step st's dQ (query head h, tile it) for consumer cw (NQ its columns):
+ * once both consumers' dS rows are in, dQ = dS K; the stage's release
+ * when dV and dK are done; then its adds into dq_accum: each warp's own
+ * bulk reduce-add, or (deterministic) the tile staged for the dQ writer. */
+template <int NQ>
+SDPA_DEVICE void dq_step(const sdpa_kernel_params &p, const Work &w, u32 base, int st,
+                         int stage, u32 s_ds, u32 s_k, int h, int it, int cw,
+                         float *const dq_first, sdpa_i64 blk_elems) {
+  const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int i0 = it * HOP_M, q_off = DQ_SPLIT_M ? 64 * cw : 0;
+  const int d_off = sdpa_hopper_dq_col0(HOP_CFG, cw);
+  float dq[NQ / 2];
+  if (SDPA_HOPPER_ABLATE < 2) {
+    named_barrier_sync(1, 128 * SDPA_HOPPER_CONSUMERS);
+    wgmma_fence();
+    dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
+  }
+  wgmma_commit();
+
+  /* dV, dK done: the stage's Q and dO are free, and its LSE and Delta
+   * rows: every consumer thread arrives (an arrival releases only its
+   * own thread's reads of them). */
+  wgmma_wait<1>();
+  mbar_arrive(base + BAR_EMPTY(stage));
+  wgmma_wait<0>();
+  reg_fence(dq);
+  if (SDPA_HOPPER_ABLATE != 0) return;
+
+  /* The warp's 16 x NQ piece of the staged tile: row block rb = the warp's
+   * 16 query rows, at fragment d_off / 8 of the block (sdpa_hopper_traits.h),
+   * NQ / 8 fragments of 128 floats, contiguous here and in dq_accum. */
+  const int rb = q_off / 16 + wi;
+  const u32 slice = base + SMEM_DQ + (rb * D * 16 + (d_off / 8) * 128) * 4;
+#if SDPA_DETERMINISTIC
+  /* To the dQ writer (write_dq), which adds the tiles in kv-tile order:
+   * once it has read the previous step's tile, stage this one. */
+  (void)dq_first, (void)blk_elems, (void)h;
+  if (st > 0) mbar_wait(base + BAR_DQ_EMPTY, (st - 1) & 1);
+#pragma unroll
+  for (int j = 0; j < NQ / 8; ++j)
+    st_shared_v4(slice + j * 512 + lane * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
+                 dq[4 * j + 3]);
+  fence_proxy_async();
+  mbar_arrive(base + BAR_DQ_FULL);
+#else
+  (void)st;
+  /* ---- dq_accum += dQ; warp wi holds 16-row block (i0 + q_off) / 16 + wi. */
+  if (SDPA_EVEN || i0 + 16 * rb < w.sq) {
+    float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
+#if SDPA_HOPPER_DQ_BULK
+    bulk_wait_read(); /* the unit has read the previous step's slice */
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < NQ / 8; ++j)
+      st_shared_v4(slice + j * 512 + lane * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
+                   dq[4 * j + 3]);
+    fence_proxy_async();
+    __syncwarp();
+    if (lane == 0) bulk_reduce_add_f32(dqa, slice, NQ * 16 * 4);
+#else
+    (void)slice;
+#pragma unroll
+    for (int j = 0; j < NQ / 8; ++j) {
+      const float v4[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
+      red_frag(dqa + j * 128, lane, v4);
+    }
+#endif
+  }
+#endif
 }
 
 SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
@@ -375,7 +503,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   const u32 s_k = base + SMEM_K, s_v = base + SMEM_V;
   const bool kv_partial = !SDPA_EVEN && w.k0 + HOP_N > w.skv;
   const float scale_log2 = p.scale_log2;
-  const int q_off = DQ_SPLIT_M ? 64 * cw : 0, d_off = DQ_SPLIT_M ? 0 : cw * DQ_N;
+  const int q_off = DQ_SPLIT_M ? 64 * cw : 0, d_off = sdpa_hopper_dq_col0(HOP_CFG, cw);
   const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
   /* this thread's first reduction target: the block of query row q_off +
    * 16 wi of tile 0, head 0, column d_off */
@@ -399,14 +527,14 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     float s[HOP_M / 2], dp[HOP_M / 2];
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < D_STEPS; ++kk) {
       const int x = kk / 4, c = (kk % 4) * 32;
       wgmma_ss<HOP_M, 0, 0>(s, gmma_desc(s_k + x * BOX_KV + cw * 64 * 128 + c, 16, 1024),
                             gmma_desc(s_q + x * BOX_Q + c, 16, 1024), kk > 0);
     }
     wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < DV / 16; ++kk) {
+    for (int kk = 0; kk < DV_STEPS; ++kk) {
       const int x = kk / 4, c = (kk % 4) * 32;
       wgmma_ss<HOP_M, 0, 0>(dp, gmma_desc(s_v + x * BOX_KV + cw * 64 * 128 + c, 16, 1024),
                             gmma_desc(s_do + x * BOX_Q + c, 16, 1024), kk > 0);
@@ -499,80 +627,13 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
       wgmma_rs<D, 1>(acc_dk, df[kk], gmma_desc(s_q + kk * 2048, BOX_Q, 1024), 1);
     wgmma_commit();
 
-    /* ---- dQ = dS K once both consumers' dS rows are in. */
-    float dq[DQ_N / 2];
-    if (SDPA_HOPPER_ABLATE < 2) {
-      named_barrier_sync(1, 128 * SDPA_HOPPER_CONSUMERS);
-      wgmma_fence();
-      dq_gemm(dq, s_ds, s_k, q_off, d_off);
-    }
-    wgmma_commit();
-
-    /* dV, dK done: the stage's Q and dO are free, and its LSE and Delta
-     * rows: every consumer thread arrives (an arrival releases only its
-     * own thread's reads of them). */
-    wgmma_wait<1>();
-    mbar_arrive(base + BAR_EMPTY(stage));
-    wgmma_wait<0>();
-    reg_fence(dq);
-
-#if SDPA_DETERMINISTIC
-    /* Deterministic: the kv tiles that visit query tile (h, it) add into
-     * it in index order. Wait until the ones before this tile are done
-     * (the counter holds how many, from the first that visits it). */
-    int *const sem = p.semaphores + ((sdpa_i64)h * p.batch + w.b) * p.q_tiles + it;
-    const int kv_rank = w.k0 / HOP_N - band_first_kv_tile(w.band, i0, HOP_N);
-    if (threadIdx.x == 128) {
-      int seen;
-      do {
-        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
-      } while (seen != kv_rank);
-    }
-    named_barrier_sync(2, 128 * SDPA_HOPPER_CONSUMERS);
-#endif
-
-    /* ---- dq_accum += dQ, one 16x8 fragment per vector reduction; warp wi
-     * holds 16-row block (i0 + q_off) / 16 + wi. */
-    if (SDPA_HOPPER_ABLATE == 0 && (SDPA_EVEN || i0 + q_off + 16 * wi < w.sq)) {
-      float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
-#if SDPA_HOPPER_DQ_BULK
-      /* the warp's slice: DQ_N / 8 pieces of 128 floats, contiguous in
-       * dq_accum (sdpa_params.h) and here */
-      const u32 slice = base + SMEM_DQ + ((cw * 4 + wi) * DQ_N * 16) * 4;
-      bulk_wait_read(); /* the unit has read the previous step's slice */
-      __syncwarp();
-#pragma unroll
-      for (int j = 0; j < DQ_N / 8; ++j)
-        st_shared_v4(slice + j * 512 + lane * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
-                     dq[4 * j + 3]);
-      fence_proxy_async();
-      __syncwarp();
-      if (lane == 0) {
-        if (SDPA_DETERMINISTIC) fence_proxy_async_global(); /* after the counter's acquire */
-        bulk_reduce_add_f32(dqa, slice, DQ_N * 16 * 4);
-      }
-#else
-#pragma unroll
-      for (int j = 0; j < DQ_N / 8; ++j) {
-        const float v4[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
-        red_frag(dqa + j * 128, lane, v4);
-      }
-#endif
-    }
-#if SDPA_DETERMINISTIC
-    /* This tile's adds complete (not only read from shared memory), then
-     * the next kv tile's turn. */
-#if SDPA_HOPPER_DQ_BULK
-    if (lane == 0) {
-      bulk_wait_all();
-      fence_proxy_async_global();
-    }
-#endif
-    __threadfence();
-    named_barrier_sync(2, 128 * SDPA_HOPPER_CONSUMERS);
-    if (threadIdx.x == 128)
-      asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(sem), "r"(kv_rank + 1) : "memory");
-#endif
+    /* ---- dQ = dS K, its adds into dq_accum; the stage's release. */
+    if constexpr (DQ_N0 == DQ_N1)
+      dq_step<DQ_N0>(p, w, base, st, stage, s_ds, s_k, h, it, cw, dq_first, blk_elems);
+    else if (cw == 0)
+      dq_step<DQ_N0>(p, w, base, st, stage, s_ds, s_k, h, it, cw, dq_first, blk_elems);
+    else
+      dq_step<DQ_N1>(p, w, base, st, stage, s_ds, s_k, h, it, cw, dq_first, blk_elems);
     if (++it > w.it_hi) {
       it = w.it_lo;
       ++h;
@@ -644,6 +705,8 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
       mbar_init(base + BAR_EMPTY(s), EMPTY_ARRIVALS);
     }
     mbar_init(base + BAR_KV, 1);
+    mbar_init(base + BAR_DQ_FULL, DQ_FULL_ARRIVALS);
+    mbar_init(base + BAR_DQ_EMPTY, 1);
     mbar_init_fence();
   }
   __syncthreads();
@@ -658,6 +721,8 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
       if ((threadIdx.x & 31) == 0 && w.steps > 0) produce_tiles(maps, w, base);
     } else if (warp == 1 || warp == 2) {
       produce_rows(p, *(const Work *)(smem + SMEM_WORK), base, smem);
+    } else if (SDPA_DETERMINISTIC && (threadIdx.x & 31) == 0) {
+      write_dq(p, *(const Work *)(smem + SMEM_WORK), base);
     }
   } else {
     setmaxnreg_inc<SDPA_HOPPER_CONSUMER_REGS>();

@@ -45,16 +45,21 @@ typedef struct sdpa_hopper_config {
   int stages;  /* Q/dO ring depth                    */
 } sdpa_hopper_config;
 
-/* Whether the family compiles these head dims: head_dim == head_dim_v in
- * {64, 128} (deterministic or not). */
+/* Whether the family compiles these head dims: multiples of 8 from 8 to
+ * 128, head_dim_v <= head_dim (deterministic or not). The GEMMs run the
+ * exact widths (wgmma N = head_dim for dK, head_dim_v for dV); their
+ * reductions over a head dim round it up to 16 with the zeros the bulk
+ * copies write past a tensor's last column. */
 SDPA_HOPPER_TRAIT int sdpa_hopper_supported(int head_dim, int head_dim_v) {
-  return head_dim == head_dim_v && (head_dim == 64 || head_dim == 128);
+  return head_dim % 8 == 0 && head_dim_v % 8 == 0 && head_dim_v >= 8 &&
+         head_dim_v <= head_dim && head_dim <= 128;
 }
 
-/* The configuration for a key: q tile 128 at head_dim 64 (the S^T and
- * dP^T accumulators are 64 x 128 per consumer next to 64 + 64 dK/dV
- * registers), 64 above (128 dK/dV registers); kv tile 128 (two
- * consumers of 64 rows); two stages. */
+/* The configuration for a key: q tile 128 up to head_dim 64 (the S^T and
+ * dP^T accumulators are 64 x 128 per consumer next to at most 64 + 64
+ * dK/dV registers), 64 above (up to 128 dK/dV registers); kv tile 128
+ * (two consumers of 64 rows); two stages. Tiles hold whole 64-column
+ * boxes (a head dim of 96 takes the room of 128). */
 SDPA_HOPPER_TRAIT sdpa_hopper_config sdpa_hopper_choose(int head_dim, int head_dim_v) {
   sdpa_hopper_config c = {0, 0, 0, 0, 0, 0};
   c.head_dim = head_dim;
@@ -85,25 +90,30 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_tile_bytes(int rows, int cols) {
  *   dS [2][N x M]  kv rows x query columns, boxes of 64 query columns
  *   lse2 [stages][M] fp32: LSE * log2 e, +inf for rows past the sequence
  *        or with no visible key; delta [stages][M] fp32 (0 past it)
- *   bar  mbarriers: full[stages], empty[stages], kv (8 bytes each)
+ *   bar  mbarriers: full[stages], empty[stages], kv, dq_full, dq_empty
+ *        (8 bytes each)
  *   work the block's coordinates (SDPA_HOPPER_WORK_BYTES), written once
  *        and read by the consumers where needed, so that they stay out
  *        of the registers across the main loop
- *   dq   [consumer warps][16 x dq columns] fp32 in dq_accum's fragment
- *        order: the staging of the bulk reduce-adds of dQ (dq_bulk, the
- *        kernel's SDPA_HOPPER_DQ_BULK; empty with dQ reduced from
- *        registers)
+ *   dq   [q_tile / 16][16 x head_dim] fp32, each 16-row block in
+ *        dq_accum's fragment order: the staging of the bulk reduce-adds
+ *        of dQ (dq_bulk, the kernel's SDPA_HOPPER_DQ_BULK; empty with dQ
+ *        reduced from registers)
  * `carve` is where they end; `total`, the dynamic shared memory to launch
  * with, adds 1024 bytes for the alignment of the base. */
 typedef struct sdpa_hopper_smem {
   int k, v, q, dout, ds, lse2, delta, bar, work, dq, carve, total;
 } sdpa_hopper_smem;
 
-/* Head-dim columns of the dQ tile each consumer computes: the query tile
- * splits between the consumers when it has 128 rows (64 each, all
- * columns), else the columns do (half each). */
-SDPA_HOPPER_TRAIT int sdpa_hopper_dq_cols(sdpa_hopper_config c) {
-  return c.q_tile == 128 ? c.head_dim : c.head_dim / 2;
+/* The dQ tile's split between the consumers. With 128 query rows each
+ * takes 64 of them and every column; with 64 (head_dim > 64), consumer 0
+ * takes columns [0, 64) and consumer 1 [64, head_dim), so that each
+ * one's slice of K (the GEMM's B operand) starts at a 64-column box. */
+SDPA_HOPPER_TRAIT int sdpa_hopper_dq_col0(sdpa_hopper_config c, int consumer) {
+  return c.q_tile == 128 ? 0 : 64 * consumer;
+}
+SDPA_HOPPER_TRAIT int sdpa_hopper_dq_cols(sdpa_hopper_config c, int consumer) {
+  return c.q_tile == 128 ? c.head_dim : consumer == 0 ? 64 : c.head_dim - 64;
 }
 
 #define SDPA_HOPPER_WORK_BYTES 128
@@ -119,10 +129,10 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
   s.lse2 = s.ds + 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile);
   s.delta = s.lse2 + c.stages * c.q_tile * 4;
   s.bar = s.delta + c.stages * c.q_tile * 4;
-  s.work = (s.bar + 8 * (2 * c.stages + 1) + 15) / 16 * 16;
+  s.work = (s.bar + 8 * (2 * c.stages + 3) + 15) / 16 * 16;
   s.dq = s.work + SDPA_HOPPER_WORK_BYTES;
   if (dq_bulk) s.dq = (s.dq + 127) / 128 * 128;
-  s.carve = s.dq + (dq_bulk ? 4 * SDPA_HOPPER_CONSUMERS * 16 * sdpa_hopper_dq_cols(c) * 4 : 0);
+  s.carve = s.dq + (dq_bulk ? c.q_tile * c.head_dim * 4 : 0);
   s.total = s.carve + 1024;
   return s;
 }

@@ -9,8 +9,9 @@
  * non-wgmma writes to accumulator registers, inside the pipeline), no
  * ignored setmaxnreg (C7508), and no other C75xx warning; the cubin is an
  * sm_90 image with the three kernels. The set covers both dtypes, head
- * dims 64 and 128, BSHD and THD, every mask, uneven lengths and strided
- * LSE (bench/NOTES.md has the whole class sweep).
+ * dims 64 and 128 and some between (partial boxes, an uneven dQ split,
+ * head_dim_v < head_dim), BSHD and THD, every mask, uneven lengths and
+ * strided LSE (bench/NOTES.md has the whole class sweep).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,9 +89,9 @@ START_TEST(family_choice_and_reasons) {
     const char *label, *why;
     sdpa_bwd_desc d;
   } cases[5];
-  cases[0].label = "head_dim 96";
-  cases[0].d = desc_for(SDPA_DTYPE_BF16, 96, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
-  cases[0].why = "head_dim 96";
+  cases[0].label = "head_dim 192";
+  cases[0].d = desc_for(SDPA_DTYPE_BF16, 192, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+  cases[0].why = "head_dim 192";
   cases[1].label = "head_dim 256";
   cases[1].d = desc_for(SDPA_DTYPE_BF16, 256, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
   cases[1].why = "head_dim 256";
@@ -102,10 +103,10 @@ START_TEST(family_choice_and_reasons) {
   cases[3].d = d;
   cases[3].d.k.seq = 64, cases[3].d.k.head = 64, cases[3].d.k.batch = 64 * 1024 * 2;
   cases[3].why = "desc.k.seq";
-  cases[4].label = "head_dim_v < head_dim";
-  cases[4].d = d;
-  cases[4].d.head_dim_v = 64;
-  cases[4].why = "head_dim_v 64";
+  cases[4].label = "head_dim 192, head_dim_v 128";
+  cases[4].d = desc_for(SDPA_DTYPE_BF16, 192, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+  cases[4].d.head_dim_v = 128;
+  cases[4].why = "head_dim_v 128";
   for (int i = 0; i < 5; i++) {
     sdpa_bwd_plan *none = NULL;
     ck_assert_msg(sdpa_bwd_plan_create_with(&none, rt, &cases[i].d, &hop) ==
@@ -174,26 +175,36 @@ START_TEST(representative_keys_compile_clean) {
   const sdpa_bwd_plan_options hop = hopper_options();
   struct {
     sdpa_dtype dtype;
-    int hd;
+    int hd, hdv; /* hdv 0: hd */
     sdpa_layout layout;
     sdpa_mask mask;
     int uneven, strided, deterministic;
   } keys[] = {
-      {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
-      {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 1, 0, 0},
-      {SDPA_DTYPE_FP16, 128, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 1, 0},
-      {SDPA_DTYPE_BF16, 64, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
-      {SDPA_DTYPE_FP16, 64, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1, 0},
-      {SDPA_DTYPE_BF16, 64, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0},
-      {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1, 1},
-      {SDPA_DTYPE_FP16, 64, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 0, 1},
+      {SDPA_DTYPE_BF16, 128, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
+      {SDPA_DTYPE_BF16, 128, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 1, 0, 0},
+      {SDPA_DTYPE_FP16, 128, 0, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 1, 0},
+      {SDPA_DTYPE_BF16, 64, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
+      {SDPA_DTYPE_FP16, 64, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1, 0},
+      {SDPA_DTYPE_BF16, 64, 0, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0},
+      {SDPA_DTYPE_BF16, 128, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1, 1},
+      {SDPA_DTYPE_FP16, 64, 0, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 0, 1},
       /* deterministic without a mask */
-      {SDPA_DTYPE_BF16, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 1},
+      {SDPA_DTYPE_BF16, 128, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 1},
+      /* head dims between: partial boxes, an uneven dQ split, k16 steps
+       * past the head dim, head_dim_v < head_dim */
+      {SDPA_DTYPE_BF16, 96, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
+      {SDPA_DTYPE_FP16, 80, 0, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 1, 0, 0},
+      {SDPA_DTYPE_BF16, 112, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 0, 1},
+      {SDPA_DTYPE_BF16, 72, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1, 0},
+      {SDPA_DTYPE_BF16, 40, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
+      {SDPA_DTYPE_BF16, 128, 64, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0},
+      {SDPA_DTYPE_FP16, 96, 64, SDPA_LAYOUT_THD, SDPA_MASK_NONE, 0, 0, 0},
   };
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     sdpa_bwd_desc d = desc_for(keys[i].dtype, keys[i].hd, keys[i].layout, keys[i].mask,
                                keys[i].uneven, keys[i].strided);
     d.deterministic = keys[i].deterministic;
+    if (keys[i].hdv) d.head_dim_v = keys[i].hdv;
     sdpa_bwd_plan *plan = NULL;
     ck_assert_msg(sdpa_bwd_plan_create_with(&plan, rt, &d, &hop) == SDPA_STATUS_SUCCESS,
                   "plan: %s", sdpa_last_error());
