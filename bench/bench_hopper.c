@@ -153,12 +153,12 @@ static int module_count;
 
 /* Whether the kernels reduce dQ by bulk reduce-adds (the default, or a
  * --define SDPA_HOPPER_DQ_BULK=0/1: it changes the shared-memory carve). */
-static int dq_bulk_defined(void) {
+static int dq_bulk_defined(int head_dim) {
   for (int i = 0; i < extra_define_count; i++) {
     if (!strcmp(extra_defines[i], "SDPA_HOPPER_DQ_BULK=1")) return 1;
     if (!strcmp(extra_defines[i], "SDPA_HOPPER_DQ_BULK=0")) return 0;
   }
-  return SDPA_HOPPER_DQ_BULK_DEFAULT;
+  return SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim);
 }
 
 static sdpa_hopper_config key_config(const hkey *k) {
@@ -278,7 +278,7 @@ static int compile_key(hmodule *m) {
   if (ok && have_gpu) {
     const sdpa_driver *drv = gpu.drv;
     const sdpa_hopper_smem smem =
-        sdpa_hopper_smem_layout_variant(key_config(&m->key), dq_bulk_defined());
+        sdpa_hopper_smem_layout_variant(key_config(&m->key), dq_bulk_defined(m->key.head_dim));
     ok = drv->cuModuleLoadData(&m->module, cubin) == CUDA_SUCCESS &&
          drv->cuModuleGetFunction(&m->pre, m->module, "sdpa_bwd_preprocess") == CUDA_SUCCESS &&
          drv->cuModuleGetFunction(&m->main, m->module, "sdpa_bwd_main") == CUDA_SUCCESS &&
@@ -533,7 +533,7 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
   L->main_x = (unsigned)sdpa_hopper_grid_x(cfg, c->seqlen_kv, c->batch);
   L->main_y = (unsigned)c->heads_kv;
   L->convert_x = (unsigned)((int64_t)p->q_blocks * c->batch * c->heads_q);
-  L->smem = sdpa_hopper_smem_layout_variant(cfg, dq_bulk_defined()).total;
+  L->smem = sdpa_hopper_smem_layout_variant(cfg, dq_bulk_defined(cfg.head_dim)).total;
   return status;
 }
 

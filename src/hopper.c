@@ -3,8 +3,9 @@
  *
  * Coverage. The family's kernel (templates/sdpa_hopper.cuh) compiles for
  * sm_90a only (wgmma and setmaxnreg are arch-specific), for head dims
- * that are multiples of 8 with head_dim_v <= head_dim <= 128
- * (sdpa_hopper_supported), deterministic or not (with
+ * that are multiples of 8 with head_dim_v <= head_dim <= 256 (and
+ * head_dim_v > 64 above 128: sdpa_hopper_supported), deterministic or not
+ * up to head_dim 128 (sdpa_hopper_deterministic_supported; with
  * SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT 0 deterministic plans take it only
  * when they ask for it), with the convert kernel writing dQ; every mask,
  * BSHD and THD, GQA, packed and strided LSE. Its
@@ -63,8 +64,16 @@ int sdpa_hopper_covers(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, c
   if (!sdpa_hopper_supported(d->head_dim, d->head_dim_v)) {
     snprintf(why, why_size,
              "head_dim %d, head_dim_v %d: the Hopper family covers head dims that are "
-             "multiples of 8 with head_dim_v <= head_dim <= 128",
+             "multiples of 8 with head_dim_v <= head_dim <= 256 (head_dim_v > 64 where "
+             "head_dim > 128)",
              d->head_dim, d->head_dim_v);
+    return 0;
+  }
+  if (d->deterministic && !sdpa_hopper_deterministic_supported(d->head_dim)) {
+    snprintf(why, why_size,
+             "deterministic at head_dim %d: the Hopper family's deterministic kernels cover "
+             "head_dim <= 128",
+             d->head_dim);
     return 0;
   }
   if (d->deterministic && !SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT &&

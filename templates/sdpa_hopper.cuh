@@ -82,8 +82,10 @@
  * waits for the unit to have read the slice before rewriting it. 0: one
  * red.global.add.v4.f32 per fragment from registers. */
 #ifndef SDPA_HOPPER_DQ_BULK
-#define SDPA_HOPPER_DQ_BULK SDPA_HOPPER_DQ_BULK_DEFAULT
+#define SDPA_HOPPER_DQ_BULK SDPA_HOPPER_DQ_BULK_DEFAULT(SDPA_HEAD_DIM)
 #endif
+/* Above head_dim 128 the wide kernel (sdpa_hopper_wide.cuh). */
+#define HOP_WIDE (SDPA_HEAD_DIM > SDPA_HOPPER_WIDE_ABOVE)
 
 /* dS from P in fp32 (1: FlashAttention-2's one rounding; its P stays
  * live across the dP GEMM's wait) or from the P rounded for dV (0). */
@@ -99,8 +101,9 @@ static_assert(sdpa_hopper_supported(D, DV), "head dims of the sm_90a family");
 static_assert(HOP_M == HOP_CHOSEN.q_tile && HOP_N == HOP_CHOSEN.kv_tile &&
                   SDPA_WARPS == HOP_CHOSEN.warps && HOP_STAGES == HOP_CHOSEN.stages,
               "tiles, warps and stages as sdpa_hopper_choose gives them");
-static_assert(HOP_N == 64 * SDPA_HOPPER_CONSUMERS && SDPA_WARPS == SDPA_HOPPER_WARPS,
-              "each consumer warpgroup owns 64 kv rows");
+static_assert(HOP_N == (HOP_WIDE ? 64 : 64 * SDPA_HOPPER_CONSUMERS) &&
+                  SDPA_WARPS == SDPA_HOPPER_WARPS,
+              "each consumer warpgroup owns 64 kv rows (the wide kernel: both own the same)");
 static_assert(HOP_M == 128 || HOP_M == 64, "query tile");
 static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 
@@ -142,6 +145,7 @@ constexpr sdpa_hopper_smem HOP_SMEM = sdpa_hopper_smem_layout_variant(HOP_CFG, S
 #define SMEM_Q HOP_SMEM.q
 #define SMEM_DO HOP_SMEM.dout
 #define SMEM_DS HOP_SMEM.ds
+#define SMEM_P HOP_SMEM.p
 #define SMEM_LSE HOP_SMEM.lse2
 #define SMEM_DELTA HOP_SMEM.delta
 #define SMEM_BAR HOP_SMEM.bar
@@ -188,7 +192,7 @@ static_assert(!SDPA_DETERMINISTIC || SDPA_HOPPER_DQ_BULK,
 #define DQ_SPLIT_M (HOP_M == 128)
 #define DQ_N0 sdpa_hopper_dq_cols(HOP_CFG, 0)
 #define DQ_N1 sdpa_hopper_dq_cols(HOP_CFG, 1)
-static_assert(DQ_SPLIT_M || (sdpa_hopper_dq_col0(HOP_CFG, 1) % 64 == 0 && DQ_N0 == 64),
+static_assert(DQ_SPLIT_M || sdpa_hopper_dq_col0(HOP_CFG, 1) % 64 == 0,
               "each consumer's dQ columns start at a box");
 /* k16 steps of the reductions over D and DV (columns past a tensor's
  * last one are zeros in shared memory: the bulk copies fill them) */
@@ -380,9 +384,11 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base) 
 /* -------------------------------------------------------------- consumer */
 
 /* P = 0 outside the band and in rows past the kv tile's end (after the
- * exponential, so any softmax scale's sign is safe). Element (kv row r,
- * query column c) of the thread: r = row0 + 8*(e/2), c = 8j + 2t + e%2. */
-SDPA_DEVICE void mask_probs(float (&s)[HOP_M / 2], const Work &w, int row0, int t, int i0,
+ * exponential, so any softmax scale's sign is safe), over COLS query
+ * columns from i0. Element (kv row r, query column c) of the thread:
+ * r = row0 + 8*(e/2), c = i0 + 8j + 2t + e%2. */
+template <int COLS>
+SDPA_DEVICE void mask_probs(float (&s)[COLS / 2], const Work &w, int row0, int t, int i0,
                             bool band) {
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -391,7 +397,7 @@ SDPA_DEVICE void mask_probs(float (&s)[HOP_M / 2], const Work &w, int row0, int 
     /* key - query - off at column 0 of the tile */
     const int dk = w.k0 + r - i0 - w.band.off;
 #pragma unroll
-    for (int j = 0; j < HOP_M / 8; ++j)
+    for (int j = 0; j < COLS / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int dd = dk - (8 * j + 2 * t + e);
@@ -417,6 +423,7 @@ SDPA_DEVICE void dq_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off, int 
                        gmma_desc(b0 + kk * 2048, BOX_KV, 1024), kk > 0);
 }
 
+#if !HOP_WIDE
 /* Step st's dQ (query head h, tile it) for consumer cw (NQ its columns):
  * once both consumers' dS rows are in, dQ = dS K; the stage's release
  * when dV and dK are done; then its adds into dq_accum: each warp's own
@@ -557,7 +564,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
         s[4 * j + 3] = fast_exp2(fmaf(s[4 * j + 3], scale_log2, -l.y));
       }
       const bool band = band_crosses(w, it);
-      if (band || kv_partial) mask_probs(s, w, row0, t, i0, band);
+      if (band || kv_partial) mask_probs<HOP_M>(s, w, row0, t, i0, band);
 #pragma unroll
       for (int kk = 0; kk < HOP_M / 16; ++kk)
 #pragma unroll
@@ -667,6 +674,10 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   }
 }
 
+#else
+#include "sdpa_hopper_wide.cuh" /* consume_wide */
+#endif
+
 /* ------------------------------------------------------------------ main */
 
 extern "C" __global__ void __launch_bounds__(HOP_THREADS, 1)
@@ -727,6 +738,13 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
   } else {
     setmaxnreg_inc<SDPA_HOPPER_CONSUMER_REGS>();
     /* the block's coordinates from shared memory, read where used */
+#if HOP_WIDE
+    if (wg == 1)
+      consume_wide<0>(p, *(const Work *)(smem + SMEM_WORK), base, smem);
+    else
+      consume_wide<1>(p, *(const Work *)(smem + SMEM_WORK), base, smem);
+#else
     consume(p, *(const Work *)(smem + SMEM_WORK), base, smem, wg - 1);
+#endif
   }
 }

@@ -45,27 +45,43 @@ typedef struct sdpa_hopper_config {
   int stages;  /* Q/dO ring depth                    */
 } sdpa_hopper_config;
 
-/* Whether the family compiles these head dims: multiples of 8 from 8 to
- * 128, head_dim_v <= head_dim (deterministic or not). The GEMMs run the
- * exact widths (wgmma N = head_dim for dK, head_dim_v for dV); their
- * reductions over a head dim round it up to 16 with the zeros the bulk
- * copies write past a tensor's last column. */
+/* Whether the family compiles these head dims: multiples of 8 with
+ * head_dim_v <= head_dim <= 256, and head_dim_v > 64 when head_dim > 128
+ * (deterministic or not up to 128: sdpa_hopper_deterministic_supported).
+ * The GEMMs run the exact widths (wgmma N = head_dim for dK, head_dim_v
+ * for dV, or each consumer's share of them); their reductions over a head
+ * dim round it up to 16 with the zeros the bulk copies write past a
+ * tensor's last column. */
 SDPA_HOPPER_TRAIT int sdpa_hopper_supported(int head_dim, int head_dim_v) {
   return head_dim % 8 == 0 && head_dim_v % 8 == 0 && head_dim_v >= 8 &&
-         head_dim_v <= head_dim && head_dim <= 128;
+         head_dim_v <= head_dim && head_dim <= 256 && (head_dim <= 128 || head_dim_v > 64);
+}
+
+/* Whether the wide kernel runs these head dims (above 128): one 64-row kv
+ * tile a CTA whose dK, dV and dQ columns the two consumers split (each
+ * computes S^T and dP^T for half of the query columns and shares P^T and
+ * dS^T through shared memory); dQ reduced from registers. */
+#define SDPA_HOPPER_WIDE_ABOVE 128
+SDPA_HOPPER_TRAIT int sdpa_hopper_wide(int head_dim) { return head_dim > SDPA_HOPPER_WIDE_ABOVE; }
+
+/* Deterministic plans: up to head_dim 128 (the wide kernel has no room
+ * for the dQ staging that the deterministic writer adds from). */
+SDPA_HOPPER_TRAIT int sdpa_hopper_deterministic_supported(int head_dim) {
+  return !sdpa_hopper_wide(head_dim);
 }
 
 /* The configuration for a key: q tile 128 up to head_dim 64 (the S^T and
  * dP^T accumulators are 64 x 128 per consumer next to at most 64 + 64
  * dK/dV registers), 64 above (up to 128 dK/dV registers); kv tile 128
- * (two consumers of 64 rows); two stages. Tiles hold whole 64-column
- * boxes (a head dim of 96 takes the room of 128). */
+ * (two consumers of 64 rows), 64 above head_dim 128 (the wide kernel);
+ * two stages. Tiles hold whole 64-column boxes (a head dim of 96 takes
+ * the room of 128). */
 SDPA_HOPPER_TRAIT sdpa_hopper_config sdpa_hopper_choose(int head_dim, int head_dim_v) {
   sdpa_hopper_config c = {0, 0, 0, 0, 0, 0};
   c.head_dim = head_dim;
   c.head_dim_v = head_dim_v;
   c.q_tile = head_dim <= 64 ? 128 : 64;
-  c.kv_tile = 64 * SDPA_HOPPER_CONSUMERS;
+  c.kv_tile = sdpa_hopper_wide(head_dim) ? 64 : 64 * SDPA_HOPPER_CONSUMERS;
   c.warps = SDPA_HOPPER_WARPS;
   c.stages = 2;
   return c;
@@ -88,6 +104,7 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_tile_bytes(int rows, int cols) {
  *   K [N x d], V [N x dv]                 resident, TMA
  *   Q [stages][M x d], dO [stages][M x dv]  TMA ring
  *   dS [2][N x M]  kv rows x query columns, boxes of 64 query columns
+ *   P  [2][N x M]  the same for P^T (the wide kernel's; empty otherwise)
  *   lse2 [stages][M] fp32: LSE * log2 e, +inf for rows past the sequence
  *        or with no visible key; delta [stages][M] fp32 (0 past it)
  *   bar  mbarriers: full[stages], empty[stages], kv, dq_full, dq_empty
@@ -102,31 +119,42 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_tile_bytes(int rows, int cols) {
  * `carve` is where they end; `total`, the dynamic shared memory to launch
  * with, adds 1024 bytes for the alignment of the base. */
 typedef struct sdpa_hopper_smem {
-  int k, v, q, dout, ds, lse2, delta, bar, work, dq, carve, total;
+  int k, v, q, dout, ds, p, lse2, delta, bar, work, dq, carve, total;
 } sdpa_hopper_smem;
 
+/* Where `cols` head-dim columns split between the two consumers: at the
+ * 64-column box that halves the boxes (rounding the first share up), so
+ * that each one's operand slices start at a box. */
+SDPA_HOPPER_TRAIT int sdpa_hopper_split(int cols) {
+  return 64 * ((sdpa_hopper_boxes(cols) + 1) / 2);
+}
+
 /* The dQ tile's split between the consumers. With 128 query rows each
- * takes 64 of them and every column; with 64 (head_dim > 64), consumer 0
- * takes columns [0, 64) and consumer 1 [64, head_dim), so that each
- * one's slice of K (the GEMM's B operand) starts at a 64-column box. */
+ * takes 64 of them and every column; with 64, consumer 0 takes columns
+ * [0, split) and consumer 1 [split, head_dim) (sdpa_hopper_split: 64
+ * for 64 < head_dim <= 128, 128 above, where dK and dV split the same
+ * way). */
 SDPA_HOPPER_TRAIT int sdpa_hopper_dq_col0(sdpa_hopper_config c, int consumer) {
-  return c.q_tile == 128 ? 0 : 64 * consumer;
+  return c.q_tile == 128 ? 0 : consumer * sdpa_hopper_split(c.head_dim);
 }
 SDPA_HOPPER_TRAIT int sdpa_hopper_dq_cols(sdpa_hopper_config c, int consumer) {
-  return c.q_tile == 128 ? c.head_dim : consumer == 0 ? 64 : c.head_dim - 64;
+  return c.q_tile == 128   ? c.head_dim
+         : consumer == 0 ? sdpa_hopper_split(c.head_dim)
+                         : c.head_dim - sdpa_hopper_split(c.head_dim);
 }
 
 #define SDPA_HOPPER_WORK_BYTES 128
 
 SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_config c,
                                                                   int dq_bulk) {
-  sdpa_hopper_smem s = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  sdpa_hopper_smem s = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   s.k = 0;
   s.v = s.k + sdpa_hopper_tile_bytes(c.kv_tile, c.head_dim);
   s.q = s.v + sdpa_hopper_tile_bytes(c.kv_tile, c.head_dim_v);
   s.dout = s.q + c.stages * sdpa_hopper_tile_bytes(c.q_tile, c.head_dim);
   s.ds = s.dout + c.stages * sdpa_hopper_tile_bytes(c.q_tile, c.head_dim_v);
-  s.lse2 = s.ds + 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile);
+  s.p = s.ds + 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile);
+  s.lse2 = s.p + (sdpa_hopper_wide(c.head_dim) ? 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile) : 0);
   s.delta = s.lse2 + c.stages * c.q_tile * 4;
   s.bar = s.delta + c.stages * c.q_tile * 4;
   s.work = (s.bar + 8 * (2 * c.stages + 3) + 15) / 16 * 16;
@@ -139,12 +167,14 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
 
 /* How the default kernel reduces dQ into dq_accum: 1 through shared
  * memory and bulk reduce-adds (measured on the H200: +4 to +9% at S 4k
- * over 0, one vector reduction per fragment from registers). */
-#define SDPA_HOPPER_DQ_BULK_DEFAULT 1
+ * over 0, one vector reduction per fragment from registers); the wide
+ * kernel (head_dim > 128) from registers, its shared memory being full.
+ * A preprocessor expression (the kernel tests it with #if). */
+#define SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim) ((head_dim) > SDPA_HOPPER_WIDE_ABOVE ? 0 : 1)
 
 /* The default kernel's carve (what the runtime launches). */
 SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c) {
-  return sdpa_hopper_smem_layout_variant(c, SDPA_HOPPER_DQ_BULK_DEFAULT);
+  return sdpa_hopper_smem_layout_variant(c, SDPA_HOPPER_DQ_BULK_DEFAULT(c.head_dim));
 }
 
 /* Blocks in x: one per kv tile of each sequence. */

@@ -89,12 +89,14 @@ START_TEST(family_choice_and_reasons) {
     const char *label, *why;
     sdpa_bwd_desc d;
   } cases[5];
-  cases[0].label = "head_dim 192";
-  cases[0].d = desc_for(SDPA_DTYPE_BF16, 192, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
-  cases[0].why = "head_dim 192";
-  cases[1].label = "head_dim 256";
+  cases[0].label = "head_dim 136, head_dim_v 48";
+  cases[0].d = desc_for(SDPA_DTYPE_BF16, 136, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+  cases[0].d.head_dim_v = 48;
+  cases[0].why = "head_dim_v 48";
+  cases[1].label = "deterministic head_dim 256";
   cases[1].d = desc_for(SDPA_DTYPE_BF16, 256, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
-  cases[1].why = "head_dim 256";
+  cases[1].d.deterministic = 1;
+  cases[1].why = "deterministic at head_dim 256";
   cases[2].label = "sm_80";
   cases[2].d = d;
   cases[2].d.arch = 80;
@@ -103,10 +105,10 @@ START_TEST(family_choice_and_reasons) {
   cases[3].d = d;
   cases[3].d.k.seq = 64, cases[3].d.k.head = 64, cases[3].d.k.batch = 64 * 1024 * 2;
   cases[3].why = "desc.k.seq";
-  cases[4].label = "head_dim 192, head_dim_v 128";
-  cases[4].d = desc_for(SDPA_DTYPE_BF16, 192, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
-  cases[4].d.head_dim_v = 128;
-  cases[4].why = "head_dim_v 128";
+  cases[4].label = "head_dim 256, head_dim_v 64";
+  cases[4].d = desc_for(SDPA_DTYPE_BF16, 256, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+  cases[4].d.head_dim_v = 64;
+  cases[4].why = "head_dim_v 64";
   for (int i = 0; i < 5; i++) {
     sdpa_bwd_plan *none = NULL;
     ck_assert_msg(sdpa_bwd_plan_create_with(&none, rt, &cases[i].d, &hop) ==
@@ -199,6 +201,14 @@ START_TEST(representative_keys_compile_clean) {
       {SDPA_DTYPE_BF16, 40, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
       {SDPA_DTYPE_BF16, 128, 64, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0},
       {SDPA_DTYPE_FP16, 96, 64, SDPA_LAYOUT_THD, SDPA_MASK_NONE, 0, 0, 0},
+      /* the wide kernel (above 128): split columns, P^T through shared
+       * memory, uneven shares at 192 and 160 */
+      {SDPA_DTYPE_BF16, 256, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
+      {SDPA_DTYPE_FP16, 256, 0, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 1, 0},
+      {SDPA_DTYPE_BF16, 192, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1, 0},
+      {SDPA_DTYPE_BF16, 192, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_TOP_LEFT, 1, 0, 0},
+      {SDPA_DTYPE_FP16, 160, 0, SDPA_LAYOUT_THD, SDPA_MASK_NONE, 0, 0, 0},
+      {SDPA_DTYPE_BF16, 136, 72, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 1, 0, 0},
   };
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     sdpa_bwd_desc d = desc_for(keys[i].dtype, keys[i].hd, keys[i].layout, keys[i].mask,

@@ -1,0 +1,217 @@
+/*
+ * sdpa_hopper_wide.cuh - the sm_90a family's consumers above head_dim 128
+ * (sdpa_hopper_wide): included by sdpa_hopper.cuh, whose producer, dQ
+ * GEMM, masking and launch contract it shares.
+ *
+ * At head_dim 256 one consumer's 64 kv rows of dK and dV alone would take
+ * 256 registers a thread. Here the CTA owns one 64-row kv tile (HOP_N =
+ * 64), and the two consumer warpgroups split its head-dim columns instead
+ * of its rows (sdpa_hopper_split: [0, 128) and [128, D) for D and for
+ * DV), so that each holds 64 x (its share) of dK and of dV. Per step
+ * (query tile of HOP_M = 64 rows), consumer CW:
+ *   S^T, dP^T   for its half of the query columns, QH = 32 of them:
+ *               wgmma SS, M = the 64 kv rows, N = 32, K = D (DV)
+ *   P^T, dS^T   exp2, masks and dS as in consume(), stored by stmatrix
+ *               into the P^T and dS^T tiles (kv rows x the 64 query
+ *               columns, one 128-byte box a row), then a named barrier
+ *               over both consumers: each needs the other's half
+ *   dV[:, its columns] += P^T dO    wgmma SS (P^T K-major, dO MN-major)
+ *   dK[:, its columns] += dS^T Q    the same with dS^T and Q
+ *   dQ[:, its columns]  = dS K      dq_gemm, reduced into dq_accum with
+ *               one red.global.add.v4.f32 per 16x8 fragment
+ * P^T and dS^T are double-buffered by step parity: a consumer writes step
+ * st + 1's only after step st's barrier, which both reached after their
+ * GEMMs of step st - 1 (the last readers of that buffer) completed.
+ * Not deterministic (sdpa_hopper_deterministic_supported: the shared
+ * memory holds no dQ staging for the ordered adds).
+ */
+
+/* The consumers' shares of the head-dim columns. */
+#define WIDE_K1 sdpa_hopper_split(D)  /* dK and dQ: [0, WIDE_K1), [WIDE_K1, D) */
+#define WIDE_V1 sdpa_hopper_split(DV) /* dV: [0, WIDE_V1), [WIDE_V1, DV)       */
+#define WIDE_QH (HOP_M / 2)           /* query columns of S^T a consumer     */
+static_assert(HOP_WIDE && HOP_N == 64 && HOP_M == 64 && !SDPA_HOPPER_DQ_BULK &&
+                  !SDPA_DETERMINISTIC,
+              "the wide kernel: one 64-row kv tile, 64 query rows a step, dQ from registers");
+static_assert(WIDE_K1 < D && WIDE_V1 < DV && WIDE_K1 % 64 == 0 && WIDE_V1 % 64 == 0,
+              "both consumers own columns of dK, dV and dQ, from a box");
+#define P_TILE_BYTES DS_TILE_BYTES
+
+template <int CW>
+SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 base,
+                              const unsigned char *smem) {
+  constexpr int K0 = CW == 0 ? 0 : WIDE_K1, NK = CW == 0 ? WIDE_K1 : D - WIDE_K1;
+  constexpr int V0 = CW == 0 ? 0 : WIDE_V1, NV = CW == 0 ? WIDE_V1 : DV - WIDE_V1;
+  constexpr int QH = WIDE_QH, Q0 = CW * QH; /* this consumer's query columns */
+  const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int row0 = 16 * wi + g; /* kv row of e = 0, 1 */
+
+  float acc_dk[NK / 2], acc_dv[NV / 2];
+#pragma unroll
+  for (int i = 0; i < NK / 2; ++i) acc_dk[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV / 2; ++i) acc_dv[i] = 0.f;
+
+  const u32 s_k = base + SMEM_K, s_v = base + SMEM_V;
+  const bool kv_partial = !SDPA_EVEN && w.k0 + HOP_N > w.skv;
+  const float scale_log2 = p.scale_log2;
+  const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
+  /* this thread's first reduction target: query rows 16 wi of tile 0,
+   * head 0, column K0 */
+  float *const dq_first =
+      p.dq_accum + (dq_block_base(p, w.b, w.q0) + wi) * blk_elems + (K0 / 8) * 128;
+
+  if (w.steps > 0) mbar_wait(base + BAR_KV, 0);
+  int h = w.h_first, it = w.it_lo, stage = 0, buf = 0;
+  u32 phase = 0;
+#pragma unroll 1
+  for (int st = 0; st < w.steps; ++st) {
+    const int i0 = it * HOP_M;
+    mbar_wait(base + BAR_FULL(stage), phase);
+    const u32 s_q = base + SMEM_Q + stage * Q_TILE_BYTES;
+    const u32 s_do = base + SMEM_DO + stage * DO_TILE_BYTES;
+    const u32 s_ds = base + SMEM_DS + buf * DS_TILE_BYTES;
+    const u32 s_p = base + SMEM_P + buf * P_TILE_BYTES;
+
+    /* ---- S^T = K Q^T, dP^T = V dO^T: all 64 kv rows, query columns
+     * [Q0, Q0 + QH) (rows Q0.. of the Q and dO tiles: Q0 * 128 bytes on). */
+    float s[QH / 2], dp[QH / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D_STEPS; ++kk) {
+      const int x = kk / 4, c = (kk % 4) * 32;
+      wgmma_ss<QH, 0, 0>(s, gmma_desc(s_k + x * BOX_KV + c, 16, 1024),
+                         gmma_desc(s_q + x * BOX_Q + Q0 * 128 + c, 16, 1024), kk > 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < DV_STEPS; ++kk) {
+      const int x = kk / 4, c = (kk % 4) * 32;
+      wgmma_ss<QH, 0, 0>(dp, gmma_desc(s_v + x * BOX_KV + c, 16, 1024),
+                         gmma_desc(s_do + x * BOX_Q + Q0 * 128 + c, 16, 1024), kk > 0);
+    }
+    wgmma_commit();
+
+    /* ---- P^T and dS^T of these columns, packed as 16x16 fragments. */
+    wgmma_wait<1>();
+    reg_fence(s);
+    u32 pf[QH / 16][4], df[QH / 16][4];
+    {
+      const float *l2s = (const float *)(smem + SMEM_LSE) + stage * HOP_M + Q0;
+      const float *dls = (const float *)(smem + SMEM_DELTA) + stage * HOP_M + Q0;
+#pragma unroll
+      for (int j = 0; j < QH / 8; ++j) {
+        const float2 l = *(const float2 *)(l2s + 8 * j + 2 * t);
+        s[4 * j + 0] = fast_exp2(fmaf(s[4 * j + 0], scale_log2, -l.x));
+        s[4 * j + 1] = fast_exp2(fmaf(s[4 * j + 1], scale_log2, -l.y));
+        s[4 * j + 2] = fast_exp2(fmaf(s[4 * j + 2], scale_log2, -l.x));
+        s[4 * j + 3] = fast_exp2(fmaf(s[4 * j + 3], scale_log2, -l.y));
+      }
+      const bool band = band_crosses(w, it);
+      if (band || kv_partial) mask_probs<QH>(s, w, row0, t, i0 + Q0, band);
+#pragma unroll
+      for (int kk = 0; kk < QH / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          pf[kk][r] = pack2<DT>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+      /* dS^T = P^T (dP^T - Delta) from the fp32 P (one rounding) */
+      wgmma_wait<0>();
+      reg_fence(dp);
+#pragma unroll
+      for (int j = 0; j < QH / 8; ++j) {
+        const float2 dl = *(const float2 *)(dls + 8 * j + 2 * t);
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+          df[j / 2][2 * (j % 2) + hf] =
+              pack2<DT>(s[4 * j + 2 * hf] * (dp[4 * j + 2 * hf] - dl.x),
+                        s[4 * j + 2 * hf + 1] * (dp[4 * j + 2 * hf + 1] - dl.y));
+      }
+    }
+
+    /* ---- P^T and dS^T to shared memory (kv rows x query columns, one
+     * swizzled 128-byte row a kv row; stmatrix as in consume()). */
+    {
+      const int mq = lane >> 3, mi = lane & 7;
+      const int r = 16 * wi + mi + 8 * (mq & 1);
+#pragma unroll
+      for (int kk = 0; kk < QH / 16; ++kk) {
+        const int c = Q0 / 8 + 2 * kk + (mq >> 1); /* 8-column chunk */
+        const u32 off = r * 128 + (((c % 8) ^ mi) << 4);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                         s_p + off),
+                     "r"(pf[kk][0]), "r"(pf[kk][1]), "r"(pf[kk][2]), "r"(pf[kk][3])
+                     : "memory");
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                         s_ds + off),
+                     "r"(df[kk][0]), "r"(df[kk][1]), "r"(df[kk][2]), "r"(df[kk][3])
+                     : "memory");
+      }
+    }
+    fence_proxy_async();
+    named_barrier_sync(1, 128 * SDPA_HOPPER_CONSUMERS); /* both halves in */
+
+    /* ---- dV[:, V0..] += P^T dO, dK[:, K0..] += dS^T Q (A K-major from
+     * shared memory, k = query columns; B MN-major from its box). */
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HOP_M / 16; ++kk)
+      wgmma_ss<NV, 0, 1>(acc_dv, gmma_desc(s_p + kk * 32, 16, 1024),
+                         gmma_desc(s_do + (V0 / 64) * BOX_Q + kk * 2048, BOX_Q, 1024), 1);
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < HOP_M / 16; ++kk)
+      wgmma_ss<NK, 0, 1>(acc_dk, gmma_desc(s_ds + kk * 32, 16, 1024),
+                         gmma_desc(s_q + (K0 / 64) * BOX_Q + kk * 2048, BOX_Q, 1024), 1);
+    wgmma_commit();
+    /* ---- dQ[:, K0..] = dS K */
+    float dq[NK / 2];
+    dq_gemm<NK>(dq, s_ds, s_k, 0, K0);
+    wgmma_commit();
+
+    /* dV, dK done: the stage's Q, dO, LSE and Delta are free. */
+    wgmma_wait<1>();
+    mbar_arrive(base + BAR_EMPTY(stage));
+    wgmma_wait<0>();
+    reg_fence(dq);
+
+    /* ---- dq_accum += dQ, one 16x8 fragment per vector reduction; warp wi
+     * holds 16-row block i0 / 16 + wi. */
+    if (SDPA_EVEN || i0 + 16 * wi < w.sq) {
+      float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
+#pragma unroll
+      for (int j = 0; j < NK / 8; ++j) {
+        const float v4[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
+        red_frag(dqa + j * 128, lane, v4);
+      }
+    }
+    if (++it > w.it_hi) {
+      it = w.it_lo;
+      ++h;
+    }
+    buf ^= 1;
+    if (++stage == HOP_STAGES) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+
+  /* ---- epilogue: dK * scale, dV, this consumer's columns; rows <
+   * kv_valid. */
+  u16 *dk = (u16 *)p.dk + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head);
+  u16 *dv = (u16 *)p.dv + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dv_batch, p.dv_seq, p.dv_head);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = row0 + 8 * hf;
+    if (SDPA_EVEN || r < w.kv_valid) {
+#pragma unroll
+      for (int j = 0; j < NK / 8; ++j)
+        *(u32 *)(dk + (sdpa_i64)r * p.dk_seq + K0 + 8 * j + 2 * t) =
+            pack2<DT>(acc_dk[4 * j + 2 * hf] * p.scale, acc_dk[4 * j + 2 * hf + 1] * p.scale);
+#pragma unroll
+      for (int j = 0; j < NV / 8; ++j)
+        *(u32 *)(dv + (sdpa_i64)r * p.dv_seq + V0 + 8 * j + 2 * t) =
+            pack2<DT>(acc_dv[4 * j + 2 * hf], acc_dv[4 * j + 2 * hf + 1]);
+    }
+  }
+}
