@@ -5,7 +5,7 @@
  * sm_90a only (wgmma and setmaxnreg are arch-specific), for head dims
  * that are multiples of 8 with head_dim_v <= head_dim <= 256 (and
  * head_dim_v > 64 above 128: sdpa_hopper_supported), deterministic or not
- * up to head_dim 128 (sdpa_hopper_deterministic_supported; with
+ * up to head_dim 192 (sdpa_hopper_deterministic_supported; with
  * SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT 0 deterministic plans take it only
  * when they ask for it), with the convert kernel writing dQ; every mask,
  * BSHD and THD, GQA, packed and strided LSE. Its
@@ -72,8 +72,8 @@ int sdpa_hopper_covers(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, c
   if (d->deterministic && !sdpa_hopper_deterministic_supported(d->head_dim)) {
     snprintf(why, why_size,
              "deterministic at head_dim %d: the Hopper family's deterministic kernels cover "
-             "head_dim <= 128",
-             d->head_dim);
+             "head_dim <= %d",
+             d->head_dim, SDPA_HOPPER_STAGING_MAX);
     return 0;
   }
   if (d->deterministic && !SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT &&

@@ -423,39 +423,18 @@ SDPA_DEVICE void dq_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off, int 
                        gmma_desc(b0 + kk * 2048, BOX_KV, 1024), kk > 0);
 }
 
-#if !HOP_WIDE
-/* Step st's dQ (query head h, tile it) for consumer cw (NQ its columns):
- * once both consumers' dS rows are in, dQ = dS K; the stage's release
- * when dV and dK are done; then its adds into dq_accum: each warp's own
- * bulk reduce-add, or (deterministic) the tile staged for the dQ writer. */
+/* A consumer warp's dQ piece of step st (query tile from row i0, head h):
+ * its 16 query rows (row block rb of the tile) x NQ columns from d_off,
+ * into dq_accum. SDPA_HOPPER_DQ_BULK: staged in shared memory at fragment
+ * d_off / 8 of block rb (sdpa_hopper_traits.h; NQ / 8 fragments of 128
+ * floats, contiguous here and in dq_accum) and added by one bulk
+ * reduce-add, or (deterministic) handed to the dQ writer; else one vector
+ * reduction per fragment from registers. */
 template <int NQ>
-SDPA_DEVICE void dq_step(const sdpa_kernel_params &p, const Work &w, u32 base, int st,
-                         int stage, u32 s_ds, u32 s_k, int h, int it, int cw,
-                         float *const dq_first, sdpa_i64 blk_elems) {
-  const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-  const int i0 = it * HOP_M, q_off = DQ_SPLIT_M ? 64 * cw : 0;
-  const int d_off = sdpa_hopper_dq_col0(HOP_CFG, cw);
-  float dq[NQ / 2];
-  if (SDPA_HOPPER_ABLATE < 2) {
-    named_barrier_sync(1, 128 * SDPA_HOPPER_CONSUMERS);
-    wgmma_fence();
-    dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
-  }
-  wgmma_commit();
-
-  /* dV, dK done: the stage's Q and dO are free, and its LSE and Delta
-   * rows: every consumer thread arrives (an arrival releases only its
-   * own thread's reads of them). */
-  wgmma_wait<1>();
-  mbar_arrive(base + BAR_EMPTY(stage));
-  wgmma_wait<0>();
-  reg_fence(dq);
-  if (SDPA_HOPPER_ABLATE != 0) return;
-
-  /* The warp's 16 x NQ piece of the staged tile: row block rb = the warp's
-   * 16 query rows, at fragment d_off / 8 of the block (sdpa_hopper_traits.h),
-   * NQ / 8 fragments of 128 floats, contiguous here and in dq_accum. */
-  const int rb = q_off / 16 + wi;
+SDPA_DEVICE void dq_out(const sdpa_kernel_params &p, const Work &w, u32 base, int st, int i0,
+                        int h, int rb, int d_off, const float (&dq)[NQ / 2],
+                        float *const dq_first, sdpa_i64 blk_elems) {
+  const int lane = threadIdx.x & 31;
   const u32 slice = base + SMEM_DQ + (rb * D * 16 + (d_off / 8) * 128) * 4;
 #if SDPA_DETERMINISTIC
   /* To the dQ writer (write_dq), which adds the tiles in kv-tile order:
@@ -470,7 +449,6 @@ SDPA_DEVICE void dq_step(const sdpa_kernel_params &p, const Work &w, u32 base, i
   mbar_arrive(base + BAR_DQ_FULL);
 #else
   (void)st;
-  /* ---- dq_accum += dQ; warp wi holds 16-row block (i0 + q_off) / 16 + wi. */
   if (SDPA_EVEN || i0 + 16 * rb < w.sq) {
     float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
 #if SDPA_HOPPER_DQ_BULK
@@ -493,6 +471,38 @@ SDPA_DEVICE void dq_step(const sdpa_kernel_params &p, const Work &w, u32 base, i
 #endif
   }
 #endif
+}
+
+#if !HOP_WIDE
+/* Step st's dQ (query head h, tile it) for consumer cw (NQ its columns):
+ * once both consumers' dS rows are in, dQ = dS K; the stage's release
+ * when dV and dK are done; then its adds into dq_accum: each warp's own
+ * bulk reduce-add, or (deterministic) the tile staged for the dQ writer. */
+template <int NQ>
+SDPA_DEVICE void dq_step(const sdpa_kernel_params &p, const Work &w, u32 base, int st,
+                         int stage, u32 s_ds, u32 s_k, int h, int it, int cw,
+                         float *const dq_first, sdpa_i64 blk_elems) {
+  const int wi = (threadIdx.x >> 5) & 3;
+  const int i0 = it * HOP_M, q_off = DQ_SPLIT_M ? 64 * cw : 0;
+  const int d_off = sdpa_hopper_dq_col0(HOP_CFG, cw);
+  float dq[NQ / 2];
+  if (SDPA_HOPPER_ABLATE < 2) {
+    named_barrier_sync(1, 128 * SDPA_HOPPER_CONSUMERS);
+    wgmma_fence();
+    dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
+  }
+  wgmma_commit();
+
+  /* dV, dK done: the stage's Q and dO are free, and its LSE and Delta
+   * rows: every consumer thread arrives (an arrival releases only its
+   * own thread's reads of them). */
+  wgmma_wait<1>();
+  mbar_arrive(base + BAR_EMPTY(stage));
+  wgmma_wait<0>();
+  reg_fence(dq);
+  if (SDPA_HOPPER_ABLATE != 0) return;
+
+  dq_out<NQ>(p, w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first, blk_elems);
 }
 
 SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,

@@ -47,7 +47,7 @@ typedef struct sdpa_hopper_config {
 
 /* Whether the family compiles these head dims: multiples of 8 with
  * head_dim_v <= head_dim <= 256, and head_dim_v > 64 when head_dim > 128
- * (deterministic or not up to 128: sdpa_hopper_deterministic_supported).
+ * (deterministic or not up to 192: sdpa_hopper_deterministic_supported).
  * The GEMMs run the exact widths (wgmma N = head_dim for dK, head_dim_v
  * for dV, or each consumer's share of them); their reductions over a head
  * dim round it up to 16 with the zeros the bulk copies write past a
@@ -60,14 +60,18 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_supported(int head_dim, int head_dim_v) {
 /* Whether the wide kernel runs these head dims (above 128): one 64-row kv
  * tile a CTA whose dK, dV and dQ columns the two consumers split (each
  * computes S^T and dP^T for half of the query columns and shares P^T and
- * dS^T through shared memory); dQ reduced from registers. */
+ * dS^T through shared memory). */
 #define SDPA_HOPPER_WIDE_ABOVE 128
 SDPA_HOPPER_TRAIT int sdpa_hopper_wide(int head_dim) { return head_dim > SDPA_HOPPER_WIDE_ABOVE; }
 
-/* Deterministic plans: up to head_dim 128 (the wide kernel has no room
- * for the dQ staging that the deterministic writer adds from). */
+/* The largest head dim whose kernel has room for the dQ staging (the
+ * wide kernel's carve at 256 is 231,616 bytes without it; with it, up to
+ * 192 fits sm_90's 232,448: the kernel static_asserts its carve). Above
+ * it dQ is reduced from registers, and there are no deterministic
+ * kernels: their ordered adds go through the staging. */
+#define SDPA_HOPPER_STAGING_MAX 192
 SDPA_HOPPER_TRAIT int sdpa_hopper_deterministic_supported(int head_dim) {
-  return !sdpa_hopper_wide(head_dim);
+  return head_dim <= SDPA_HOPPER_STAGING_MAX;
 }
 
 /* The configuration for a key: q tile 128 up to head_dim 64 (the S^T and
@@ -167,10 +171,10 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
 
 /* How the default kernel reduces dQ into dq_accum: 1 through shared
  * memory and bulk reduce-adds (measured on the H200: +4 to +9% at S 4k
- * over 0, one vector reduction per fragment from registers); the wide
- * kernel (head_dim > 128) from registers, its shared memory being full.
- * A preprocessor expression (the kernel tests it with #if). */
-#define SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim) ((head_dim) > SDPA_HOPPER_WIDE_ABOVE ? 0 : 1)
+ * over 0, one vector reduction per fragment from registers), where the
+ * staging fits (SDPA_HOPPER_STAGING_MAX); 0 above. A preprocessor
+ * expression (the kernel tests it with #if). */
+#define SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim) ((head_dim) > SDPA_HOPPER_STAGING_MAX ? 0 : 1)
 
 /* The default kernel's carve (what the runtime launches). */
 SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c) {

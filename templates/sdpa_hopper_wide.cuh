@@ -17,22 +17,22 @@
  *               over both consumers: each needs the other's half
  *   dV[:, its columns] += P^T dO    wgmma SS (P^T K-major, dO MN-major)
  *   dK[:, its columns] += dS^T Q    the same with dS^T and Q
- *   dQ[:, its columns]  = dS K      dq_gemm, reduced into dq_accum with
- *               one red.global.add.v4.f32 per 16x8 fragment
+ *   dQ[:, its columns]  = dS K      dq_gemm, into dq_accum by dq_out: bulk
+ *               reduce-adds from the staging up to head_dim 192, handed
+ *               to the dQ writer when deterministic; above 192 (no room
+ *               for the staging) one red.global.add.v4.f32 per fragment
  * P^T and dS^T are double-buffered by step parity: a consumer writes step
  * st + 1's only after step st's barrier, which both reached after their
  * GEMMs of step st - 1 (the last readers of that buffer) completed.
- * Not deterministic (sdpa_hopper_deterministic_supported: the shared
- * memory holds no dQ staging for the ordered adds).
+ * Deterministic up to head_dim 192 (sdpa_hopper_deterministic_supported).
  */
 
 /* The consumers' shares of the head-dim columns. */
 #define WIDE_K1 sdpa_hopper_split(D)  /* dK and dQ: [0, WIDE_K1), [WIDE_K1, D) */
 #define WIDE_V1 sdpa_hopper_split(DV) /* dV: [0, WIDE_V1), [WIDE_V1, DV)       */
 #define WIDE_QH (HOP_M / 2)           /* query columns of S^T a consumer     */
-static_assert(HOP_WIDE && HOP_N == 64 && HOP_M == 64 && !SDPA_HOPPER_DQ_BULK &&
-                  !SDPA_DETERMINISTIC,
-              "the wide kernel: one 64-row kv tile, 64 query rows a step, dQ from registers");
+static_assert(HOP_WIDE && HOP_N == 64 && HOP_M == 64,
+              "the wide kernel: one 64-row kv tile, 64 query rows a step");
 static_assert(WIDE_K1 < D && WIDE_V1 < DV && WIDE_K1 % 64 == 0 && WIDE_V1 % 64 == 0,
               "both consumers own columns of dK, dV and dQ, from a box");
 #define P_TILE_BYTES DS_TILE_BYTES
@@ -164,9 +164,15 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       wgmma_ss<NK, 0, 1>(acc_dk, gmma_desc(s_ds + kk * 32, 16, 1024),
                          gmma_desc(s_q + (K0 / 64) * BOX_Q + kk * 2048, BOX_Q, 1024), 1);
     wgmma_commit();
-    /* ---- dQ[:, K0..] = dS K */
-    float dq[NK / 2];
-    dq_gemm<NK>(dq, s_ds, s_k, 0, K0);
+    /* ---- dQ[:, K0..] = dS K, into dq_accum (warp wi holds the tile's
+     * 16-row block wi). Without the staging (head_dim > 192) its adds come
+     * from registers, and the GEMM runs in two parts of at most 64 columns
+     * (the second from the next box) so that the dQ accumulators do not
+     * sit next to all of dK and dV at once (ptxas spilled 28 bytes at head
+     * dims 232-248 in one piece). */
+    constexpr int NQ1 = (!SDPA_HOPPER_DQ_BULK && NK > 64) ? 64 : NK, NQ2 = NK - NQ1;
+    float dq[NQ1 / 2];
+    dq_gemm<NQ1>(dq, s_ds, s_k, 0, K0);
     wgmma_commit();
 
     /* dV, dK done: the stage's Q, dO, LSE and Delta are free. */
@@ -174,16 +180,16 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     mbar_arrive(base + BAR_EMPTY(stage));
     wgmma_wait<0>();
     reg_fence(dq);
-
-    /* ---- dq_accum += dQ, one 16x8 fragment per vector reduction; warp wi
-     * holds 16-row block i0 / 16 + wi. */
-    if (SDPA_EVEN || i0 + 16 * wi < w.sq) {
-      float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
-#pragma unroll
-      for (int j = 0; j < NK / 8; ++j) {
-        const float v4[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
-        red_frag(dqa + j * 128, lane, v4);
-      }
+    dq_out<NQ1>(p, w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
+    if constexpr (NQ2 > 0) {
+      float dq2[NQ2 / 2];
+      wgmma_fence();
+      dq_gemm<NQ2>(dq2, s_ds, s_k, 0, K0 + NQ1);
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence(dq2);
+      dq_out<NQ2>(p, w, base, st, i0, h, wi, K0 + NQ1,
+                  dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
     }
     if (++it > w.it_hi) {
       it = w.it_lo;
@@ -196,6 +202,9 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     }
   }
 
+#if SDPA_HOPPER_DQ_BULK
+  bulk_wait_all(); /* every reduce-add done before the block's memory goes */
+#endif
   /* ---- epilogue: dK * scale, dV, this consumer's columns; rows <
    * kv_valid. */
   u16 *dk = (u16 *)p.dk + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head);

@@ -202,13 +202,17 @@ START_TEST(representative_keys_compile_clean) {
       {SDPA_DTYPE_BF16, 128, 64, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0},
       {SDPA_DTYPE_FP16, 96, 64, SDPA_LAYOUT_THD, SDPA_MASK_NONE, 0, 0, 0},
       /* the wide kernel (above 128): split columns, P^T through shared
-       * memory, uneven shares at 192 and 160 */
+       * memory, uneven shares at 192 and 160; dQ staged up to 192, from
+       * registers at 256 */
       {SDPA_DTYPE_BF16, 256, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
       {SDPA_DTYPE_FP16, 256, 0, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 1, 0},
       {SDPA_DTYPE_BF16, 192, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1, 0},
       {SDPA_DTYPE_BF16, 192, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_TOP_LEFT, 1, 0, 0},
       {SDPA_DTYPE_FP16, 160, 0, SDPA_LAYOUT_THD, SDPA_MASK_NONE, 0, 0, 0},
       {SDPA_DTYPE_BF16, 136, 72, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 1, 0, 0},
+      /* the wide kernel's deterministic keys (up to 192) */
+      {SDPA_DTYPE_BF16, 192, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 1},
+      {SDPA_DTYPE_FP16, 192, 0, SDPA_LAYOUT_THD, SDPA_MASK_SLIDING_WINDOW, 0, 1, 1},
   };
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     sdpa_bwd_desc d = desc_for(keys[i].dtype, keys[i].hd, keys[i].layout, keys[i].mask,
