@@ -833,6 +833,10 @@ static const case_spec deterministic_specs[] = {
              LENS(600, 40, 5)),
     /* a left window: a query tile's first visiting kv tile is not tile 0 */
     BSHD_CASE("det_window_200_0", 1, 2, 1, 520, 520, 128, 0, WIN, 200, 0, 0, PACKED, LP, 1),
+    /* head dims above 128 (the sm_90a family's wide kernel up to 192):
+     * 192 / 128 causal, 160 with GQA */
+    BSHD_CASE("det_hd192_128_causal", 1, 2, 1, 333, 333, 192, 128, BR, 0, 0, 0, PACKED, LP, 1),
+    BSHD_CASE("det_gqa_4_2_hd160", 2, 4, 2, 200, 260, 160, 0, NONE, 0, 0, 0, PACKED, LP, 1),
 };
 
 /* Every deterministic case, three runs each with the run's plan options:
