@@ -15,8 +15,14 @@
  *                   ring (+inf and 0 for rows past the sequence, +inf for
  *                   rows that see no key) and arrive on the same barrier.
  *                   Both wait on the stage's `empty` barrier before reuse.
+ *                   Warp 3's lane 0, in deterministic kernels: the dQ
+ *                   writer (write_dq), which adds each step's staged dQ
+ *                   tile in kv-tile order while the consumers go on.
  *     warpgroups 1, 2   consumers (setmaxnreg.inc to CONSUMER_REGS), each
- *                   owning 64 of the N kv rows; per step (query head h,
+ *                   owning 64 of the N kv rows (up to head_dim 128; above,
+ *                   the wide kernel's consumers in sdpa_hopper_wide.cuh
+ *                   split one 64-row tile's head-dim columns instead);
+ *                   per step (query head h,
  *                   query tile it of M rows):
  *                     S^T  = K Q^T, dP^T = V dO^T   wgmma SS, M = 64 kv
  *                            rows, N = the query tile, K = head dim
@@ -35,7 +41,8 @@
  *                            columns [0, 64) and [64, D)), reduced into
  *                            dq_accum by bulk reduce-adds of its fragments
  *                            staged in shared memory (dq_accum's fragment
- *                            order is the accumulator's)
+ *                            order is the accumulator's; dq_out), or
+ *                            staged for the dQ writer (deterministic)
  *                   and releases the stage. After the loop: dK * scale and
  *                   dV from registers, rows < the kv tile's length.
  *   dS is double-buffered: a consumer writes step st+1's dS only after
@@ -44,11 +51,12 @@
  *
  * Parameters (the translation unit #defines them; key fields):
  *   SDPA_DTYPE 1 fp16 | 2 bf16; SDPA_HEAD_DIM, SDPA_HEAD_DIM_V (multiples
- *   of 8, head_dim_v <= head_dim <= 128: sdpa_hopper_supported); SDPA_Q_TILE, SDPA_KV_TILE, SDPA_WARPS, SDPA_STAGES as
+ *   of 8, head_dim_v <= head_dim <= 256: sdpa_hopper_supported);
+ *   SDPA_Q_TILE, SDPA_KV_TILE, SDPA_WARPS, SDPA_STAGES as
  *   sdpa_hopper_choose gives them; SDPA_LSE_PACKED; SDPA_LAYOUT 1 BSHD |
- *   2 THD; SDPA_MASK 0..3; SDPA_DETERMINISTIC (1: each query tile's dQ
- *   adds in kv-tile order, each waiting for the previous tile's adds to
- *   be complete: bitwise-reproducible); SDPA_EVEN;
+ *   2 THD; SDPA_MASK 0..3; SDPA_DETERMINISTIC (1, up to head_dim 192:
+ *   each query tile's dQ adds in kv-tile order, each waiting for the
+ *   previous tile's adds to be complete: bitwise-reproducible); SDPA_EVEN;
  *   SDPA_FOLD_DQ (0 only).
  *
  * Launch contract: sdpa_hopper_traits.h (grid, block, shared memory) and
@@ -58,8 +66,9 @@
  * input. The block index order is the mma family's (decode_block).
  *
  * Compile-time variants besides the key (bench_hopper --define):
- * SDPA_HOPPER_DQ_BULK (0: dQ reduced from registers; its carve is
- * sdpa_hopper_smem_layout_variant(c, 0)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_ABLATE
+ * SDPA_HOPPER_DQ_BULK (default SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim); 0:
+ * dQ reduced from registers, its carve sdpa_hopper_smem_layout_variant(c,
+ * 0)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_ABLATE
  * (measurement only), SDPA_HOPPER_PRODUCER_REGS / _CONSUMER_REGS.
  */
 #include "sdpa_params.h"

@@ -28,7 +28,10 @@
  *   MN-major operand (M or N runs along the row, k down the rows; the
  *     transpose flag set): start = row k0, + 2*(mn0 % 64) bytes;
  *     LBO = the box stride (64 M/N columns to the next 64), SBO = 1024
- *     (8 k rows to the next 8).
+ *     (8 k rows to the next 8). N need not be a multiple of 64: from a
+ *     box's start, any N = 8k reads whole boxes and then the first N % 64
+ *     columns of the next (checked on the H200 against float64, head dims
+ *     72-248 of the sm_90a family).
  */
 #ifndef SDPA_WGMMA_CUH
 #define SDPA_WGMMA_CUH
