@@ -250,6 +250,15 @@ SDPA_DEVICE bool band_crosses(const Work &w, int it) {
   return cross;
 }
 
+/* The next step's query tile and head: the group's heads one after the
+ * other, each over its tiles it_lo..it_hi. */
+SDPA_DEVICE void advance_step(const Work &w, int &it, int &h) {
+  if (++it > w.it_hi) {
+    it = w.it_lo;
+    ++h;
+  }
+}
+
 /* -------------------------------------------------------------- producer */
 
 /* TMA coordinates of row `row` (of a sequence starting at token `t0`),
@@ -293,10 +302,7 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
 #pragma unroll
     for (int x = 0; x < sdpa_hopper_boxes(DV); ++x)
       tma_tile(sdo + x * BOX_Q, &maps.dout, full, x, it * HOP_M, w.q0, h, w.b);
-    if (++it > w.it_hi) {
-      it = w.it_lo;
-      ++h;
-    }
+    advance_step(w, it, h);
   }
 }
 
@@ -341,10 +347,7 @@ SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 ba
       s_delta[tid + u * ROW_THREADS] = dl[u];
     }
     mbar_arrive(base + BAR_FULL(stage));
-    if (++it > w.it_hi) {
-      it = w.it_lo;
-      ++h;
-    }
+    advance_step(w, it, h);
   }
 }
 
@@ -383,10 +386,7 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base) 
     fence_proxy_async_global();
     __threadfence();
     asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(sem), "r"(kv_rank + 1) : "memory");
-    if (++it > w.it_hi) {
-      it = w.it_lo;
-      ++h;
-    }
+    advance_step(w, it, h);
   }
 }
 
@@ -418,6 +418,116 @@ SDPA_DEVICE void mask_probs(float (&s)[COLS / 2], const Work &w, int row0, int t
         if (!ok) s[4 * j + 2 * hf + e] = 0.f;
       }
   }
+}
+
+/* acc (+)= A B^T over `steps` k16 steps, both K-major from 64-column
+ * boxes: A = the kv tile's rows (K or V) from address a, B = the query
+ * tile's rows (Q or dO) from address b: S^T = K Q^T and dP^T = V dO^T. */
+template <int N, int STEPS>
+SDPA_DEVICE void rows_gemm(float (&acc)[N / 2], u32 a, u32 b) {
+#pragma unroll
+  for (int kk = 0; kk < STEPS; ++kk) {
+    const int x = kk / 4, c = (kk % 4) * 32;
+    wgmma_ss<N, 0, 0>(acc, gmma_desc(a + x * BOX_KV + c, 16, 1024),
+                      gmma_desc(b + x * BOX_Q + c, 16, 1024), kk > 0);
+  }
+}
+
+/* P^T = exp2(S^T scale log2 e - LSE log2 e) in place, over COLS query
+ * columns whose LSE2 rows start at l2s. */
+template <int COLS>
+SDPA_DEVICE void exp_probs(float (&s)[COLS / 2], const float *l2s, int t, float scale_log2) {
+#pragma unroll
+  for (int j = 0; j < COLS / 8; ++j) {
+    const float2 l = *(const float2 *)(l2s + 8 * j + 2 * t);
+    s[4 * j + 0] = fast_exp2(fmaf(s[4 * j + 0], scale_log2, -l.x));
+    s[4 * j + 1] = fast_exp2(fmaf(s[4 * j + 1], scale_log2, -l.y));
+    s[4 * j + 2] = fast_exp2(fmaf(s[4 * j + 2], scale_log2, -l.x));
+    s[4 * j + 3] = fast_exp2(fmaf(s[4 * j + 3], scale_log2, -l.y));
+  }
+}
+
+/* The epilogue: this thread's dK (times the scale) and dV accumulators,
+ * NK columns from k_col and NV from v_col, kv rows row0 and row0 + 8 of
+ * the tile, those < kv_valid. */
+template <int NK, int NV>
+SDPA_DEVICE void store_dkdv(const sdpa_kernel_params &p, const Work &w,
+                            const float (&acc_dk)[NK / 2], const float (&acc_dv)[NV / 2],
+                            int row0, int t, int k_col, int v_col) {
+  u16 *dk = (u16 *)p.dk + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head);
+  u16 *dv = (u16 *)p.dv + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dv_batch, p.dv_seq, p.dv_head);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = row0 + 8 * hf;
+    if (SDPA_EVEN || r < w.kv_valid) {
+#pragma unroll
+      for (int j = 0; j < NK / 8; ++j)
+        *(u32 *)(dk + (sdpa_i64)r * p.dk_seq + k_col + 8 * j + 2 * t) =
+            pack2<DT>(acc_dk[4 * j + 2 * hf] * p.scale, acc_dk[4 * j + 2 * hf + 1] * p.scale);
+#pragma unroll
+      for (int j = 0; j < NV / 8; ++j)
+        *(u32 *)(dv + (sdpa_i64)r * p.dv_seq + v_col + 8 * j + 2 * t) =
+            pack2<DT>(acc_dv[4 * j + 2 * hf], acc_dv[4 * j + 2 * hf + 1]);
+    }
+  }
+}
+
+/* P^T packed as 16x16 fragments (the A operand of a k16 wgmma from
+ * registers, and stmatrix x4's four matrices): fragment kk holds query
+ * columns 16kk..16kk+15 of this thread's rows. */
+template <int COLS>
+SDPA_DEVICE void pack_probs(u32 (&pf)[COLS / 16][4], const float (&s)[COLS / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < COLS / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) pf[kk][r] = pack2<DT>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+}
+
+/* dS^T = P^T (dP^T - Delta) from the fp32 P (one rounding, FlashAttention-
+ * 2's), packed as pack_probs packs P^T; Delta's rows from dls. P^T's pair
+ * for (j, hf) is s[4j + 2hf], s[4j + 2hf + 1]. */
+template <int COLS>
+SDPA_DEVICE void ds_frags(u32 (&df)[COLS / 16][4], const float (&s)[COLS / 2],
+                          const float (&dp)[COLS / 2], const float *dls, int t) {
+#pragma unroll
+  for (int j = 0; j < COLS / 8; ++j) {
+    const float2 dl = *(const float2 *)(dls + 8 * j + 2 * t);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+      df[j / 2][2 * (j % 2) + hf] = pack2<DT>(s[4 * j + 2 * hf] * (dp[4 * j + 2 * hf] - dl.x),
+                                              s[4 * j + 2 * hf + 1] * (dp[4 * j + 2 * hf + 1] - dl.y));
+  }
+}
+
+/* One 16x16 fragment to shared memory: stmatrix x4, matrices (rows 0-7,
+ * cols 0-7), (rows 8-15, same), (rows 0-7, cols 8-15), (rows 8-15, 8-15);
+ * lane l gives the address of row l % 8 of matrix l / 8. */
+SDPA_DEVICE void stmatrix_x4(u32 addr, const u32 (&f)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+               "r"(f[0]), "r"(f[1]), "r"(f[2]), "r"(f[3])
+               : "memory");
+}
+
+/* The ring's stage and phase and the double-buffer index after a
+ * consumer's step (the query tile and head advance apart). */
+SDPA_DEVICE void advance_ring(int &stage, u32 &phase, int &buf) {
+  buf ^= 1;
+  if (++stage == HOP_STAGES) {
+    stage = 0;
+    phase ^= 1;
+  }
+}
+
+/* A consumer's end: its bulk reduce-adds complete (the block's shared
+ * memory must outlive them), then its dK and dV columns stored. */
+template <int NK, int NV>
+SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w,
+                                 const float (&acc_dk)[NK / 2], const float (&acc_dv)[NV / 2],
+                                 int row0, int t, int k_col, int v_col) {
+#if SDPA_HOPPER_DQ_BULK
+  bulk_wait_all();
+#endif
+  store_dkdv<NK, NV>(p, w, acc_dk, acc_dv, row0, t, k_col, v_col);
 }
 
 /* The dQ GEMM of one consumer: dq = dS[q rows q_off.., all kv] *
@@ -552,19 +662,9 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     /* ---- S^T = K Q^T, dP^T = V dO^T (this consumer's 64 kv rows). */
     float s[HOP_M / 2], dp[HOP_M / 2];
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D_STEPS; ++kk) {
-      const int x = kk / 4, c = (kk % 4) * 32;
-      wgmma_ss<HOP_M, 0, 0>(s, gmma_desc(s_k + x * BOX_KV + cw * 64 * 128 + c, 16, 1024),
-                            gmma_desc(s_q + x * BOX_Q + c, 16, 1024), kk > 0);
-    }
+    rows_gemm<HOP_M, D_STEPS>(s, s_k + cw * 64 * 128, s_q);
     wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < DV_STEPS; ++kk) {
-      const int x = kk / 4, c = (kk % 4) * 32;
-      wgmma_ss<HOP_M, 0, 0>(dp, gmma_desc(s_v + x * BOX_KV + cw * 64 * 128 + c, 16, 1024),
-                            gmma_desc(s_do + x * BOX_Q + c, 16, 1024), kk > 0);
-    }
+    rows_gemm<HOP_M, DV_STEPS>(dp, s_v + cw * 64 * 128, s_do);
     wgmma_commit();
 
     /* ---- P^T, packed as the A operand of dV += P^T dO. */
@@ -574,21 +674,10 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     {
       const float *l2s = (const float *)(smem + SMEM_LSE) + stage * HOP_M;
       const float *dls = (const float *)(smem + SMEM_DELTA) + stage * HOP_M;
-#pragma unroll
-      for (int j = 0; j < HOP_M / 8; ++j) {
-        const float2 l = *(const float2 *)(l2s + 8 * j + 2 * t);
-        s[4 * j + 0] = fast_exp2(fmaf(s[4 * j + 0], scale_log2, -l.x));
-        s[4 * j + 1] = fast_exp2(fmaf(s[4 * j + 1], scale_log2, -l.y));
-        s[4 * j + 2] = fast_exp2(fmaf(s[4 * j + 2], scale_log2, -l.x));
-        s[4 * j + 3] = fast_exp2(fmaf(s[4 * j + 3], scale_log2, -l.y));
-      }
+      exp_probs<HOP_M>(s, l2s, t, scale_log2);
       const bool band = band_crosses(w, it);
       if (band || kv_partial) mask_probs<HOP_M>(s, w, row0, t, i0, band);
-#pragma unroll
-      for (int kk = 0; kk < HOP_M / 16; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          pf[kk][r] = pack2<DT>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+      pack_probs<HOP_M>(pf, s);
 
       /* ---- dS^T = P^T (dP^T - Delta). SDPA_HOPPER_DS_FP32_P 1: from the
        * fp32 P, one rounding (FlashAttention-2's); 0: from the rounded P
@@ -597,15 +686,15 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
        * does not). P^T's pair for (j, hf) is s[4j + 2hf], s[4j + 2hf + 1]. */
       wgmma_wait<0>();
       reg_fence(dp);
+#if SDPA_HOPPER_DS_FP32_P
+      ds_frags<HOP_M>(df, s, dp, dls, t);
+#else
 #pragma unroll
       for (int j = 0; j < HOP_M / 8; ++j) {
         const float2 dl = *(const float2 *)(dls + 8 * j + 2 * t);
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const float x0 = dp[4 * j + 2 * hf] - dl.x, x1 = dp[4 * j + 2 * hf + 1] - dl.y;
-#if SDPA_HOPPER_DS_FP32_P
-          df[j / 2][2 * (j % 2) + hf] = pack2<DT>(s[4 * j + 2 * hf] * x0, s[4 * j + 2 * hf + 1] * x1);
-#else
           const u32 pp = pf[j / 2][2 * (j % 2) + hf];
 #if SDPA_DTYPE == 2
           df[j / 2][2 * (j % 2) + hf] = mul_bf16x2(pp, pack2<DT>(x0, x1));
@@ -617,9 +706,9 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
               : "r"(pp));
           df[j / 2][2 * (j % 2) + hf] = pack2<DT>(p0 * x0, p1 * x1);
 #endif
-#endif
         }
       }
+#endif
     }
 
     /* ---- dV += P^T dO (dO MN-major: k = query rows down the tile). */
@@ -639,10 +728,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
 #pragma unroll
       for (int kk = 0; kk < HOP_M / 16; ++kk) {
         const int c = 2 * kk + (mq >> 1); /* 8-column chunk */
-        const u32 a = s_ds + (c / 8) * BOX_DS + r * 128 + (((c % 8) ^ mi) << 4);
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a),
-                     "r"(df[kk][0]), "r"(df[kk][1]), "r"(df[kk][2]), "r"(df[kk][3])
-                     : "memory");
+        stmatrix_x4(s_ds + (c / 8) * BOX_DS + r * 128 + (((c % 8) ^ mi) << 4), df[kk]);
       }
     }
     fence_proxy_async();
@@ -660,37 +746,11 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
       dq_step<DQ_N0>(p, w, base, st, stage, s_ds, s_k, h, it, cw, dq_first, blk_elems);
     else
       dq_step<DQ_N1>(p, w, base, st, stage, s_ds, s_k, h, it, cw, dq_first, blk_elems);
-    if (++it > w.it_hi) {
-      it = w.it_lo;
-      ++h;
-    }
-    ds ^= 1;
-    if (++stage == HOP_STAGES) {
-      stage = 0;
-      phase ^= 1;
-    }
+    advance_step(w, it, h);
+    advance_ring(stage, phase, ds);
   }
-
-#if SDPA_HOPPER_DQ_BULK
-  bulk_wait_all(); /* every reduce-add done before the block's memory goes */
-#endif
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
-  u16 *dk = (u16 *)p.dk + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head);
-  u16 *dv = (u16 *)p.dv + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dv_batch, p.dv_seq, p.dv_head);
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int r = row0 + 8 * hf;
-    if (SDPA_EVEN || r < w.kv_valid) {
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j)
-        *(u32 *)(dk + (sdpa_i64)r * p.dk_seq + 8 * j + 2 * t) =
-            pack2<DT>(acc_dk[4 * j + 2 * hf] * p.scale, acc_dk[4 * j + 2 * hf + 1] * p.scale);
-#pragma unroll
-      for (int j = 0; j < DV / 8; ++j)
-        *(u32 *)(dv + (sdpa_i64)r * p.dv_seq + 8 * j + 2 * t) =
-            pack2<DT>(acc_dv[4 * j + 2 * hf], acc_dv[4 * j + 2 * hf + 1]);
-    }
-  }
+  finish_consumer<D, DV>(p, w, acc_dk, acc_dv, row0, t, 0, 0);
 }
 
 #else

@@ -78,19 +78,9 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
      * [Q0, Q0 + QH) (rows Q0.. of the Q and dO tiles: Q0 * 128 bytes on). */
     float s[QH / 2], dp[QH / 2];
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D_STEPS; ++kk) {
-      const int x = kk / 4, c = (kk % 4) * 32;
-      wgmma_ss<QH, 0, 0>(s, gmma_desc(s_k + x * BOX_KV + c, 16, 1024),
-                         gmma_desc(s_q + x * BOX_Q + Q0 * 128 + c, 16, 1024), kk > 0);
-    }
+    rows_gemm<QH, D_STEPS>(s, s_k, s_q + Q0 * 128);
     wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < DV_STEPS; ++kk) {
-      const int x = kk / 4, c = (kk % 4) * 32;
-      wgmma_ss<QH, 0, 0>(dp, gmma_desc(s_v + x * BOX_KV + c, 16, 1024),
-                         gmma_desc(s_do + x * BOX_Q + Q0 * 128 + c, 16, 1024), kk > 0);
-    }
+    rows_gemm<QH, DV_STEPS>(dp, s_v, s_do + Q0 * 128);
     wgmma_commit();
 
     /* ---- P^T and dS^T of these columns, packed as 16x16 fragments. */
@@ -100,33 +90,13 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     {
       const float *l2s = (const float *)(smem + SMEM_LSE) + stage * HOP_M + Q0;
       const float *dls = (const float *)(smem + SMEM_DELTA) + stage * HOP_M + Q0;
-#pragma unroll
-      for (int j = 0; j < QH / 8; ++j) {
-        const float2 l = *(const float2 *)(l2s + 8 * j + 2 * t);
-        s[4 * j + 0] = fast_exp2(fmaf(s[4 * j + 0], scale_log2, -l.x));
-        s[4 * j + 1] = fast_exp2(fmaf(s[4 * j + 1], scale_log2, -l.y));
-        s[4 * j + 2] = fast_exp2(fmaf(s[4 * j + 2], scale_log2, -l.x));
-        s[4 * j + 3] = fast_exp2(fmaf(s[4 * j + 3], scale_log2, -l.y));
-      }
+      exp_probs<QH>(s, l2s, t, scale_log2);
       const bool band = band_crosses(w, it);
       if (band || kv_partial) mask_probs<QH>(s, w, row0, t, i0 + Q0, band);
-#pragma unroll
-      for (int kk = 0; kk < QH / 16; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          pf[kk][r] = pack2<DT>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-      /* dS^T = P^T (dP^T - Delta) from the fp32 P (one rounding) */
+      pack_probs<QH>(pf, s);
       wgmma_wait<0>();
       reg_fence(dp);
-#pragma unroll
-      for (int j = 0; j < QH / 8; ++j) {
-        const float2 dl = *(const float2 *)(dls + 8 * j + 2 * t);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-          df[j / 2][2 * (j % 2) + hf] =
-              pack2<DT>(s[4 * j + 2 * hf] * (dp[4 * j + 2 * hf] - dl.x),
-                        s[4 * j + 2 * hf + 1] * (dp[4 * j + 2 * hf + 1] - dl.y));
-      }
+      ds_frags<QH>(df, s, dp, dls, t); /* from the fp32 P */
     }
 
     /* ---- P^T and dS^T to shared memory (kv rows x query columns, one
@@ -138,14 +108,8 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       for (int kk = 0; kk < QH / 16; ++kk) {
         const int c = Q0 / 8 + 2 * kk + (mq >> 1); /* 8-column chunk */
         const u32 off = r * 128 + (((c % 8) ^ mi) << 4);
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
-                         s_p + off),
-                     "r"(pf[kk][0]), "r"(pf[kk][1]), "r"(pf[kk][2]), "r"(pf[kk][3])
-                     : "memory");
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
-                         s_ds + off),
-                     "r"(df[kk][0]), "r"(df[kk][1]), "r"(df[kk][2]), "r"(df[kk][3])
-                     : "memory");
+        stmatrix_x4(s_p + off, pf[kk]);
+        stmatrix_x4(s_ds + off, df[kk]);
       }
     }
     fence_proxy_async();
@@ -191,36 +155,10 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       dq_out<NQ2>(p, w, base, st, i0, h, wi, K0 + NQ1,
                   dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
     }
-    if (++it > w.it_hi) {
-      it = w.it_lo;
-      ++h;
-    }
-    buf ^= 1;
-    if (++stage == HOP_STAGES) {
-      stage = 0;
-      phase ^= 1;
-    }
+    advance_step(w, it, h);
+    advance_ring(stage, phase, buf);
   }
-
-#if SDPA_HOPPER_DQ_BULK
-  bulk_wait_all(); /* every reduce-add done before the block's memory goes */
-#endif
   /* ---- epilogue: dK * scale, dV, this consumer's columns; rows <
    * kv_valid. */
-  u16 *dk = (u16 *)p.dk + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head);
-  u16 *dv = (u16 *)p.dv + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dv_batch, p.dv_seq, p.dv_head);
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int r = row0 + 8 * hf;
-    if (SDPA_EVEN || r < w.kv_valid) {
-#pragma unroll
-      for (int j = 0; j < NK / 8; ++j)
-        *(u32 *)(dk + (sdpa_i64)r * p.dk_seq + K0 + 8 * j + 2 * t) =
-            pack2<DT>(acc_dk[4 * j + 2 * hf] * p.scale, acc_dk[4 * j + 2 * hf + 1] * p.scale);
-#pragma unroll
-      for (int j = 0; j < NV / 8; ++j)
-        *(u32 *)(dv + (sdpa_i64)r * p.dv_seq + V0 + 8 * j + 2 * t) =
-            pack2<DT>(acc_dv[4 * j + 2 * hf], acc_dv[4 * j + 2 * hf + 1]);
-    }
-  }
+  finish_consumer<NK, NV>(p, w, acc_dk, acc_dv, row0, t, K0, V0);
 }
