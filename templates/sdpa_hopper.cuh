@@ -178,14 +178,19 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
                   HOP_SMEM.total <= 232448,
               "the carve fits sm_90's 227 KiB with the base's alignment");
 
-/* Barriers (8 bytes each from SMEM_BAR): full[s], empty[s], kv, and
+/* Barriers (8 bytes each from SMEM_BAR): full[s], empty[s], kv,
  * (deterministic plans) dq_full, dq_empty: the dQ tile staged by the
- * consumers for the dQ writer, and handed back once it has been read. */
+ * consumers for the dQ writer, and handed back once it has been read, and
+ * halves[2]. */
 #define BAR_FULL(s) (SMEM_BAR + 8 * (s))
 #define BAR_EMPTY(s) (SMEM_BAR + 8 * (HOP_STAGES + (s)))
 #define BAR_KV (SMEM_BAR + 8 * 2 * HOP_STAGES)
 #define BAR_DQ_FULL (BAR_KV + 8)
 #define BAR_DQ_EMPTY (BAR_KV + 16)
+/* The wide kernel: both consumers' P^T and dS^T halves of buffer b in
+ * (sdpa_hopper_wide.cuh; an mbarrier, since the two consumers run
+ * different instantiations and so different barrier instructions). */
+#define BAR_HALVES(b) (BAR_KV + 24 + 8 * (b))
 /* Arrivals that complete a phase: full = the TMA thread (with its bytes)
  * + the ROW_THREADS threads of the LSE/Delta rows; empty and dq_full =
  * every consumer thread; dq_empty = the dQ writer. */
@@ -593,8 +598,8 @@ SDPA_DEVICE void dq_out(const sdpa_kernel_params &p, const Work &w, u32 base, in
 }
 
 #if !HOP_WIDE
-/* Step st's dQ (query head h, tile it) for consumer cw (NQ its columns):
- * once both consumers' dS rows are in, dQ = dS K; the stage's release
+/* Step st's dQ (query head h, tile it) for consumer cw (NQ its columns),
+ * both consumers' dS rows in (the caller's barrier): dQ = dS K; the stage's release
  * when dV and dK are done; then its adds into dq_accum: each warp's own
  * bulk reduce-add, or (deterministic) the tile staged for the dQ writer. */
 template <int NQ>
@@ -606,7 +611,6 @@ SDPA_DEVICE void dq_step(const sdpa_kernel_params &p, const Work &w, u32 base, i
   const int d_off = sdpa_hopper_dq_col0(HOP_CFG, cw);
   float dq[NQ / 2];
   if (SDPA_HOPPER_ABLATE < 2) {
-    named_barrier_sync(1, 128 * SDPA_HOPPER_CONSUMERS);
     wgmma_fence();
     dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
   }
@@ -739,7 +743,10 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
       wgmma_rs<D, 1>(acc_dk, df[kk], gmma_desc(s_q + kk * 2048, BOX_Q, 1024), 1);
     wgmma_commit();
 
-    /* ---- dQ = dS K, its adds into dq_accum; the stage's release. */
+    /* ---- dQ = dS K once both consumers' dS rows are in (one barrier
+     * instruction for both, whichever dq_step they run), its adds into
+     * dq_accum; the stage's release. */
+    if (SDPA_HOPPER_ABLATE < 2) named_barrier_sync(1, 128 * SDPA_HOPPER_CONSUMERS);
     if constexpr (DQ_N0 == DQ_N1)
       dq_step<DQ_N0>(p, w, base, st, stage, s_ds, s_k, h, it, cw, dq_first, blk_elems);
     else if (cw == 0)
@@ -797,6 +804,8 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
     mbar_init(base + BAR_KV, 1);
     mbar_init(base + BAR_DQ_FULL, DQ_FULL_ARRIVALS);
     mbar_init(base + BAR_DQ_EMPTY, 1);
+    mbar_init(base + BAR_HALVES(0), 128 * SDPA_HOPPER_CONSUMERS);
+    mbar_init(base + BAR_HALVES(1), 128 * SDPA_HOPPER_CONSUMERS);
     mbar_init_fence();
   }
   __syncthreads();

@@ -111,8 +111,8 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_tile_bytes(int rows, int cols) {
  *   P  [2][N x M]  the same for P^T (the wide kernel's; empty otherwise)
  *   lse2 [stages][M] fp32: LSE * log2 e, +inf for rows past the sequence
  *        or with no visible key; delta [stages][M] fp32 (0 past it)
- *   bar  mbarriers: full[stages], empty[stages], kv, dq_full, dq_empty
- *        (8 bytes each)
+ *   bar  mbarriers: full[stages], empty[stages], kv, dq_full, dq_empty,
+ *        halves[2] (8 bytes each)
  *   work the block's coordinates (SDPA_HOPPER_WORK_BYTES), written once
  *        and read by the consumers where needed, so that they stay out
  *        of the registers across the main loop
@@ -161,7 +161,7 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
   s.lse2 = s.p + (sdpa_hopper_wide(c.head_dim) ? 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile) : 0);
   s.delta = s.lse2 + c.stages * c.q_tile * 4;
   s.bar = s.delta + c.stages * c.q_tile * 4;
-  s.work = (s.bar + 8 * (2 * c.stages + 3) + 15) / 16 * 16;
+  s.work = (s.bar + 8 * (2 * c.stages + 5) + 15) / 16 * 16;
   s.dq = s.work + SDPA_HOPPER_WORK_BYTES;
   if (dq_bulk) s.dq = (s.dq + 127) / 128 * 128;
   s.carve = s.dq + (dq_bulk ? c.q_tile * c.head_dim * 4 : 0);

@@ -13,8 +13,8 @@
  *               wgmma SS, M = the 64 kv rows, N = 32, K = D (DV)
  *   P^T, dS^T   exp2, masks and dS as in consume(), stored by stmatrix
  *               into the P^T and dS^T tiles (kv rows x the 64 query
- *               columns, one 128-byte box a row), then a named barrier
- *               over both consumers: each needs the other's half
+ *               columns, one 128-byte box a row), then both consumers
+ *               meet on the buffer's mbarrier: each needs the other's half
  *   dV[:, its columns] += P^T dO    wgmma SS (P^T K-major, dO MN-major)
  *   dK[:, its columns] += dS^T Q    the same with dS^T and Q
  *   dQ[:, its columns]  = dS K      dq_gemm, into dq_accum by dq_out: bulk
@@ -22,8 +22,10 @@
  *               to the dQ writer when deterministic; above 192 (no room
  *               for the staging) one red.global.add.v4.f32 per fragment
  * P^T and dS^T are double-buffered by step parity: a consumer writes step
- * st + 1's only after step st's barrier, which both reached after their
- * GEMMs of step st - 1 (the last readers of that buffer) completed.
+ * st + 1's only after step st's meeting, which both reached after their
+ * GEMMs of step st - 1 (the last readers of that buffer) completed; a
+ * buffer's mbarrier completes a phase a use, so a consumer waits for
+ * parity (st / 2) & 1.
  * Deterministic up to head_dim 192 (sdpa_hopper_deterministic_supported).
  */
 
@@ -113,7 +115,9 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       }
     }
     fence_proxy_async();
-    named_barrier_sync(1, 128 * SDPA_HOPPER_CONSUMERS); /* both halves in */
+    /* both halves in: buffer buf's (st / 2)-th use */
+    mbar_arrive(base + BAR_HALVES(buf));
+    mbar_wait(base + BAR_HALVES(buf), (st >> 1) & 1);
 
     /* ---- dV[:, V0..] += P^T dO, dK[:, K0..] += dS^T Q (A K-major from
      * shared memory, k = query columns; B MN-major from its box). */
