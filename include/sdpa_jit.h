@@ -446,8 +446,10 @@ typedef struct sdpa_bwd_plan_info {
   unsigned int version;     /* SDPA_BWD_PLAN_INFO_VERSION                */
   sdpa_family family;       /* MMA or HOPPER                             */
   const char *family_reason; /* why this family, e.g. "sm_90: the Hopper
-                               family covers this descriptor" or "head_dim
-                               96: the Hopper family covers 64, 128"     */
+                               family covers this descriptor" or
+                               "deterministic at head_dim 256: the Hopper
+                               family's deterministic kernels cover
+                               head_dim <= 192"                          */
   int q_tile, kv_tile, warps, stages;
   int smem_bytes;           /* dynamic shared memory of the main kernel */
   sdpa_dq_writer dq_writer; /* CONVERT or MAIN                           */
