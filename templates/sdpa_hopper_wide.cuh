@@ -135,9 +135,8 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     /* ---- dQ[:, K0..] = dS K, into dq_accum (warp wi holds the tile's
      * 16-row block wi). Without the staging (head_dim > 192) its adds come
      * from registers, and the GEMM runs in two parts of at most 64 columns
-     * (the second from the next box) so that the dQ accumulators do not
-     * sit next to all of dK and dV at once (ptxas spilled 28 bytes at head
-     * dims 232-248 in one piece). */
+     * (the second from the next box): at most 32 dQ accumulators sit next
+     * to the 128 of dK and dV (not measured against one part). */
     constexpr int NQ1 = (!SDPA_HOPPER_DQ_BULK && NK > 64) ? 64 : NK, NQ2 = NK - NQ1;
     float dq[NQ1 / 2];
     dq_gemm<NQ1>(dq, s_ds, s_k, 0, K0);
