@@ -31,7 +31,8 @@
  *                      kernel by kernel, the second makes the graph)
  * Without a GPU everything but the last row runs, for --arch (default 90).
  * Options: --arch N, --quick (4 keys), --repeats N (warm processes per
- * key, default 3), --csv FILE.
+ * key, default 3), --hd D[,D...] (the grid's head dims instead of 64 and
+ * 128, at most 8), --csv FILE.
  */
 #include <ftw.h>
 #include <stdio.h>
@@ -51,7 +52,7 @@ typedef struct jit_key {
   sdpa_layout layout;
 } jit_key;
 
-#define MAX_KEYS 16
+#define MAX_KEYS 64 /* 2 dtypes x 8 head dims x 2 masks x 2 layouts */
 
 static double now_us(void) {
   struct timespec t;
@@ -70,14 +71,36 @@ static double median(double *x, int n) {
   return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+/* The grid's head dims: 64 and 128, or --hd's list (passed to the warm
+ * children in HEAD_DIMS_ENV); returns how many (at most 8). */
+#define HEAD_DIMS_ENV "SDPA_BENCH_JIT_HEAD_DIMS"
+static int grid_head_dims(int *dims) {
+  const char *e = getenv(HEAD_DIMS_ENV);
+  int n = 0;
+  for (const char *c = e; c && *c && n < 8;) {
+    char *end;
+    const long v = strtol(c, &end, 10);
+    if (end == c) break;
+    dims[n++] = (int)v;
+    c = *end == ',' ? end + 1 : end;
+  }
+  if (n == 0) {
+    dims[0] = 64;
+    dims[1] = 128;
+    n = 2;
+  }
+  return n;
+}
+
 static int grid(jit_key *keys, int quick) {
   int n = 0;
   const sdpa_dtype dtypes[] = {SDPA_DTYPE_BF16, SDPA_DTYPE_FP16};
-  const int dims[] = {64, 128};
+  int dims[8];
+  const int dim_count = grid_head_dims(dims);
   const sdpa_mask masks[] = {SDPA_MASK_NONE, SDPA_MASK_CAUSAL_BOTTOM_RIGHT};
   const sdpa_layout layouts[] = {SDPA_LAYOUT_BSHD, SDPA_LAYOUT_THD};
   for (int a = 0; a < 2; a++)
-    for (int b = 0; b < 2; b++)
+    for (int b = 0; b < dim_count; b++)
       for (int c = 0; c < 2; c++)
         for (int d = 0; d < 2; d++) {
           if (quick && (a != 0 || d != 0)) continue;
@@ -277,8 +300,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
+    else if (!strcmp(argv[i], "--hd") && i + 1 < argc) setenv(HEAD_DIMS_ENV, argv[++i], 1);
     else {
-      printf("usage: bench_jit [--arch N] [--quick] [--repeats N] [--csv FILE]\n");
+      printf("usage: bench_jit [--arch N] [--quick] [--repeats N] [--hd D[,D...]] [--csv FILE]\n");
       return !strcmp(argv[i], "--help") ? 0 : 2;
     }
   }
