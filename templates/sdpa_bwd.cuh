@@ -382,7 +382,7 @@ __device__ __noinline__ void fold_dq_end(const sdpa_kernel_params p, unsigned ch
 #if SDPA_DETERMINISTIC
       const bool mine = w.j == first + visitors - 1;
 #else
-      sdpa_i32 *counter = p.semaphores + ((sdpa_i64)sh * p.batch + w.b) * p.q_tiles + sit;
+      sdpa_i32 *counter = q_tile_counter(p, sh, w.b, sit);
       const bool mine = arrive(counter) + 1 == visitors;
       if (mine) acquire_fence(); /* the other visitors' reductions */
 #endif
@@ -637,7 +637,7 @@ SDPA_DEVICE void reduce_dq(const sdpa_kernel_params &p, const Band &band, int b,
                            const u16 *sK, int q_m, int q_d, int lane) {
 #if SDPA_DETERMINISTIC
   const int kv_first = band_first_kv_tile(band, i0, N);
-  int *sem = p.semaphores + ((sdpa_i64)h * p.batch + b) * p.q_tiles + it;
+  int *sem = q_tile_counter(p, h, b, it);
 #endif
   const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (DQA * 16);
   float *dqa = p.dq_accum + (blk0 + (i0 + q_m) / 16) * blk_elems +
@@ -649,12 +649,7 @@ SDPA_DEVICE void reduce_dq(const sdpa_kernel_params &p, const Band &band, int b,
 #if SDPA_DETERMINISTIC
   /* Wait for the kv tiles before this one (in index order) that visit
    * this query tile. */
-  if (threadIdx.x == 0) {
-    int seen;
-    do {
-      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(sem));
-    } while (seen != j - kv_first);
-  }
+  if (threadIdx.x == 0) dq_turn_wait(sem, j - kv_first);
   __syncthreads();
 #endif
 #pragma unroll
@@ -667,10 +662,7 @@ SDPA_DEVICE void reduce_dq(const sdpa_kernel_params &p, const Band &band, int b,
 #if SDPA_DETERMINISTIC
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) {
-    const int next = j - kv_first + 1;
-    asm volatile("st.release.gpu.global.s32 [%0], %1;" :: "l"(sem), "r"(next));
-  }
+  if (threadIdx.x == 0) dq_turn_pass(sem, j - kv_first + 1);
 #endif
   (void)band, (void)b, (void)it, (void)j;
 }

@@ -85,7 +85,7 @@
 #define HOP_THREADS (32 * SDPA_WARPS)
 
 /* dQ reduction (default SDPA_HOPPER_DQ_BULK_DEFAULT, sdpa_hopper_traits.h):
- * 1 each warp stages its 16 x DQ_N fp32 slice in shared memory, in
+ * 1 each warp stages its 16 x NQ fp32 slice in shared memory, in
  * dq_accum's fragment order, and one lane hands it to the bulk-copy unit
  * as a single reduce-add (cp.reduce.async.bulk ... .add.f32); the next step
  * waits for the unit to have read the slice before rewriting it. 0: one
@@ -195,14 +195,13 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
  * + the ROW_THREADS threads of the LSE/Delta rows; empty and dq_full =
  * every consumer thread; dq_empty = the dQ writer. */
 #define ROW_THREADS 64
+#define CONSUMER_THREADS (128 * SDPA_HOPPER_CONSUMERS)
 #define FULL_ARRIVALS (1 + ROW_THREADS)
-#define EMPTY_ARRIVALS (128 * SDPA_HOPPER_CONSUMERS)
-#define DQ_FULL_ARRIVALS (128 * SDPA_HOPPER_CONSUMERS)
 static_assert(!SDPA_DETERMINISTIC || SDPA_HOPPER_DQ_BULK,
               "deterministic dQ goes through the writer's bulk reduce-adds");
 
 /* dQ tile split between the consumers (sdpa_hopper_traits.h): M = 128,
- * 64 query rows each; else columns [0, 64) and [64, D). */
+ * 64 query rows each; else columns [0, split) and [split, D). */
 #define DQ_SPLIT_M (HOP_M == 128)
 #define DQ_N0 sdpa_hopper_dq_cols(HOP_CFG, 0)
 #define DQ_N1 sdpa_hopper_dq_cols(HOP_CFG, 1)
@@ -371,12 +370,9 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base) 
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
     const int i0 = it * HOP_M;
-    int *const sem = p.semaphores + ((sdpa_i64)h * p.batch + w.b) * p.q_tiles + it;
+    int *const sem = q_tile_counter(p, h, w.b, it);
     const int kv_rank = w.k0 / HOP_N - band_first_kv_tile(w.band, i0, HOP_N);
-    int seen;
-    do {
-      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
-    } while (seen != kv_rank);
+    dq_turn_wait(sem, kv_rank);
     mbar_wait(base + BAR_DQ_FULL, st & 1);
     fence_proxy_async_global(); /* the adds after the counter's acquire */
     float *const dqa = dq_tile0 + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
@@ -390,7 +386,7 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base) 
     bulk_wait_all();
     fence_proxy_async_global();
     __threadfence();
-    asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(sem), "r"(kv_rank + 1) : "memory");
+    dq_turn_pass(sem, kv_rank + 1);
     advance_step(w, it, h);
   }
 }
@@ -746,7 +742,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     /* ---- dQ = dS K once both consumers' dS rows are in (one barrier
      * instruction for both, whichever dq_step they run), its adds into
      * dq_accum; the stage's release. */
-    if (SDPA_HOPPER_ABLATE < 2) named_barrier_sync(1, 128 * SDPA_HOPPER_CONSUMERS);
+    if (SDPA_HOPPER_ABLATE < 2) named_barrier_sync(1, CONSUMER_THREADS);
     if constexpr (DQ_N0 == DQ_N1)
       dq_step<DQ_N0>(p, w, base, st, stage, s_ds, s_k, h, it, cw, dq_first, blk_elems);
     else if (cw == 0)
@@ -799,13 +795,13 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
 #pragma unroll
     for (int s = 0; s < HOP_STAGES; ++s) {
       mbar_init(base + BAR_FULL(s), FULL_ARRIVALS);
-      mbar_init(base + BAR_EMPTY(s), EMPTY_ARRIVALS);
+      mbar_init(base + BAR_EMPTY(s), CONSUMER_THREADS);
     }
     mbar_init(base + BAR_KV, 1);
-    mbar_init(base + BAR_DQ_FULL, DQ_FULL_ARRIVALS);
+    mbar_init(base + BAR_DQ_FULL, CONSUMER_THREADS);
     mbar_init(base + BAR_DQ_EMPTY, 1);
-    mbar_init(base + BAR_HALVES(0), 128 * SDPA_HOPPER_CONSUMERS);
-    mbar_init(base + BAR_HALVES(1), 128 * SDPA_HOPPER_CONSUMERS);
+    mbar_init(base + BAR_HALVES(0), CONSUMER_THREADS);
+    mbar_init(base + BAR_HALVES(1), CONSUMER_THREADS);
     mbar_init_fence();
   }
   __syncthreads();

@@ -40,6 +40,27 @@ SDPA_DEVICE int band_first_kv_tile(const Band &band, int i, int n) {
   return band.left >= 0 ? max(0, i + band.off - band.left) / n : 0;
 }
 
+/* The counter of query tile `it` of head h, sequence b in p.semaphores
+ * (zeroed by the preprocess kernel). Deterministic kernels (both
+ * families) keep their dQ adds' turns in it: how many of the kv tiles
+ * that visit the tile (from band_first_kv_tile on, in index order) have
+ * completed their adds. A kv tile of rank r (its index minus the first's)
+ * waits until it reads r (dq_turn_wait), adds, and once its adds are
+ * complete stores r + 1 (dq_turn_pass). The folded dQ conversion counts
+ * its visitors' arrivals in it. */
+SDPA_DEVICE sdpa_i32 *q_tile_counter(const sdpa_kernel_params &p, int h, int b, int it) {
+  return p.semaphores + ((sdpa_i64)h * p.batch + b) * p.q_tiles + it;
+}
+SDPA_DEVICE void dq_turn_wait(const sdpa_i32 *sem, int rank) {
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
+  } while (seen != rank);
+}
+SDPA_DEVICE void dq_turn_pass(sdpa_i32 *sem, int next) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(sem), "r"(next) : "memory");
+}
+
 /* Sequence bounds of batch entry / sequence `b`: first row of q and kv in
  * the row space of the workspace, lengths. Returns false (and flags the
  * error once) when THD offsets are inconsistent with the launch. */

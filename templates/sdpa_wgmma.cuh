@@ -69,7 +69,7 @@ template <int K> SDPA_DEVICE void reg_fence(float (&r)[K]) {
   for (int i = 0; i < K; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-#include "sdpa_wgmma_ops.cuh" /* wgmma_ss<N, TA, TB>, wgmma_rs<N, TB>: every N = 8k <= 256 */
+#include "sdpa_wgmma_ops.cuh" /* wgmma_ss<N, TA, TB>, wgmma_rs<N, TB>: every N = 8k <= 128 */
 
 /* -------------------------------------------------------------- mbarriers */
 
