@@ -57,7 +57,7 @@ import time
 import torch
 
 from . import _capi
-from ._capi import BwdDesc, BwdTensors, Dtype, Layout, LseStrides, Mask, Source, Status, Strides
+from ._capi import BwdDesc, BwdTensors, Dtype, Layout, LseStrides, Mask, Status, Strides
 from .runtime import Plan, default_runtime
 
 __all__ = ["attention", "varlen_attention", "compile_records", "plan_count", "clear_plans",
@@ -636,17 +636,22 @@ def _backward_into(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, max_q, 
             if dst is not src:
                 dst.copy_(src)
         return
+    _run_entry(entry, ptrs, lse, dq, dk, dv, (cu_q, cu_k, q.shape[0], k.shape[0]) if thd else None,
+               index, device)
+
+
+def _run_entry(entry, ptrs, lse, dq, dk, dv, varlen, device_index, device):
+    """Runs a compiled plan entry on the (dout, q, k, v, out) pointers `ptrs`
+    into dq, dk, dv (poisoned with NaN first under test); varlen: (cu_q,
+    cu_k, total_q, total_kv) under THD, else None."""
     if _poison_outputs:
         for t in (dq, dk, dv):
             t.fill_(float("nan"))
-    if thd:
-        tensors = BwdTensors(1, ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[0], lse.data_ptr(), dq.data_ptr(),
-                             dk.data_ptr(), dv.data_ptr(), cu_q.data_ptr(), cu_k.data_ptr(), q.shape[0],
-                             k.shape[0])
-    else:
-        tensors = BwdTensors(1, ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[0], lse.data_ptr(), dq.data_ptr(),
-                             dk.data_ptr(), dv.data_ptr(), None, None, 0, 0)
-    _launch(entry, tensors, index, device)
+    cu_q, cu_k, total_q, total_kv = varlen if varlen else (None, None, 0, 0)
+    tensors = BwdTensors(1, ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[0], lse.data_ptr(), dq.data_ptr(),
+                         dk.data_ptr(), dv.data_ptr(), cu_q.data_ptr() if varlen else None,
+                         cu_k.data_ptr() if varlen else None, total_q, total_kv)
+    _launch(entry, tensors, device_index, device)
 
 
 def _make_entry(thd, dout, q, k, v, out, lse, dq, dk, dv, cu_q, max_q, max_k, params):
@@ -829,12 +834,7 @@ def _fast_backward(fast, dout, q, k, v, out, lse):
     dq = torch.empty_strided(sq, tq, dtype=q.dtype, device=device)
     dk = torch.empty_strided(sk, tk, dtype=q.dtype, device=device)
     dv = torch.empty_strided(sv, tv, dtype=q.dtype, device=device)
-    if _poison_outputs:
-        for t in (dq, dk, dv):
-            t.fill_(float("nan"))
-    tensors = BwdTensors(1, ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[0], lse.data_ptr(), dq.data_ptr(),
-                         dk.data_ptr(), dv.data_ptr(), None, None, 0, 0)
-    _launch(b.entry, tensors, b.index, device)
+    _run_entry(b.entry, ptrs, lse, dq, dk, dv, None, b.index, device)
     return dq, dk, dv
 
 
