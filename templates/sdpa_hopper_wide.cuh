@@ -29,22 +29,21 @@
  * Deterministic up to head_dim 192 (sdpa_hopper_deterministic_supported).
  */
 
-/* The consumers' shares of the head-dim columns. */
-#define WIDE_K1 sdpa_hopper_split(D)  /* dK and dQ: [0, WIDE_K1), [WIDE_K1, D) */
-#define WIDE_V1 sdpa_hopper_split(DV) /* dV: [0, WIDE_V1), [WIDE_V1, DV)       */
-#define WIDE_QH (HOP_M / 2)           /* query columns of S^T a consumer     */
+/* The consumers' shares of the head-dim columns: dK and dQ as the traits
+ * split dQ (sdpa_hopper_dq_col0 / _dq_cols), dV at sdpa_hopper_split(DV). */
+#define WIDE_V1 sdpa_hopper_split(DV) /* dV: [0, WIDE_V1), [WIDE_V1, DV) */
 static_assert(HOP_WIDE && HOP_N == 64 && HOP_M == 64,
               "the wide kernel: one 64-row kv tile, 64 query rows a step");
-static_assert(WIDE_K1 < D && WIDE_V1 < DV && WIDE_K1 % 64 == 0 && WIDE_V1 % 64 == 0,
+static_assert(sdpa_hopper_dq_cols(HOP_CFG, 1) > 0 && WIDE_V1 < DV && WIDE_V1 % 64 == 0,
               "both consumers own columns of dK, dV and dQ, from a box");
 #define P_TILE_BYTES DS_TILE_BYTES
 
 template <int CW>
 SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 base,
                               const unsigned char *smem) {
-  constexpr int K0 = CW == 0 ? 0 : WIDE_K1, NK = CW == 0 ? WIDE_K1 : D - WIDE_K1;
+  constexpr int K0 = sdpa_hopper_dq_col0(HOP_CFG, CW), NK = sdpa_hopper_dq_cols(HOP_CFG, CW);
   constexpr int V0 = CW == 0 ? 0 : WIDE_V1, NV = CW == 0 ? WIDE_V1 : DV - WIDE_V1;
-  constexpr int QH = WIDE_QH, Q0 = CW * QH; /* this consumer's query columns */
+  constexpr int QH = HOP_M / 2, Q0 = CW * QH; /* this consumer's query columns of S^T */
   const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int row0 = 16 * wi + g; /* kv row of e = 0, 1 */
