@@ -31,7 +31,8 @@
  *   --compile-only    compile every key class (no GPU needed) and print the
  *                     reports; exit 1 on a spill, a warning or an error
  *   --quick           a few check and timed cases
- *   --case SUBSTR     only cases whose name contains SUBSTR (repeatable)
+ *   --case SUBSTR     only cases (with --compile-only: key classes) whose name
+ *                     contains SUBSTR (repeatable)
  *   --checks | --timed  only the check or the timed cases
  *   --no-twin         timed cases without their small twin's check (the
  *                     comparison with the mma family at full size stays)
@@ -161,8 +162,17 @@ static int dq_bulk_defined(int head_dim) {
   return SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim);
 }
 
+/* The key's configuration; a --define SDPA_HOPPER_STAGES_VARIANT=N
+ * (measurement only) deepens or shortens the Q/dO ring. */
+static sdpa_hopper_config with_variants(sdpa_hopper_config c) {
+  for (int i = 0; i < extra_define_count; i++)
+    if (!strncmp(extra_defines[i], "SDPA_HOPPER_STAGES_VARIANT=", 27))
+      c.stages = atoi(extra_defines[i] + 27);
+  return c;
+}
+
 static sdpa_hopper_config key_config(const hkey *k) {
-  return sdpa_hopper_choose(k->head_dim, k->head_dim_v);
+  return with_variants(sdpa_hopper_choose(k->head_dim, k->head_dim_v));
 }
 
 static void key_name(const hkey *k, char *out, size_t size) {
@@ -274,6 +284,17 @@ static int compile_key(hmodule *m) {
       fwrite(cubin, 1, cubin_size, f);
       fclose(f);
     }
+    size_t ptx_size = 0;
+    char *ptx = NULL;
+    if (nvrtcGetPTXSize(program, &ptx_size) == NVRTC_SUCCESS && (ptx = malloc(ptx_size)) &&
+        nvrtcGetPTX(program, ptx) == NVRTC_SUCCESS) {
+      snprintf(path, sizeof path, "%s/%s.ptx", cubin_dir, name);
+      if ((f = fopen(path, "wb"))) {
+        fwrite(ptx, 1, ptx_size ? ptx_size - 1 : 0, f);
+        fclose(f);
+      }
+    }
+    free(ptx);
   }
   if (ok && have_gpu) {
     const sdpa_driver *drv = gpu.drv;
@@ -533,7 +554,7 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
   L->main_x = (unsigned)sdpa_hopper_grid_x(cfg, c->seqlen_kv, c->batch);
   L->main_y = (unsigned)c->heads_kv;
   L->convert_x = (unsigned)((int64_t)p->q_blocks * c->batch * c->heads_q);
-  L->smem = sdpa_hopper_smem_layout_variant(cfg, dq_bulk_defined(cfg.head_dim)).total;
+  L->smem = sdpa_hopper_smem_layout_variant(with_variants(cfg), dq_bulk_defined(cfg.head_dim)).total;
   return status;
 }
 
@@ -1187,7 +1208,7 @@ static void standard_cases(int quick) {
 }
 
 /* Every key class the family compiles, for --compile-only. */
-static int compile_all_classes(void) {
+static int compile_all_classes(const char *const *filters, int filter_count) {
   int failures = 0;
   const double t0 = now_ms();
   double slowest = 0;
@@ -1199,6 +1220,11 @@ static int compile_all_classes(void) {
             for (int lse = 0; lse < 2; lse++) {
               hkey k = {(sdpa_dtype)dt, hi ? 128 : 64, hi ? 128 : 64, (sdpa_layout)layout,
                         (sdpa_mask)mask, lse, even};
+              char name[128];
+              key_name(&k, name, sizeof name);
+              int selected = filter_count == 0;
+              for (int f = 0; f < filter_count; f++) selected |= strstr(name, filters[f]) != NULL;
+              if (!selected) continue;
               hmodule *m = module_for(&k);
               const hmodule *r = &modules[module_count - 1];
               failures += !m || r->spill_bytes || r->warnings;
@@ -1239,7 +1265,7 @@ int main(int argc, char **argv) {
   }
   if (runs < 5) runs = 5;
   for (int i = 0; i < extra_define_count; i++) printf("define %s\n", extra_defines[i]);
-  if (compile_only) return compile_all_classes() ? 1 : 0;
+  if (compile_only) return compile_all_classes(filters, filter_count) ? 1 : 0;
 
   /* the mma family for the comparison, whatever the default family is */
   setenv("SDPA_JIT_FAMILY", "mma", 0);

@@ -40,9 +40,11 @@
  *                            (M = 128: 64 rows each; M = 64: head-dim
  *                            columns [0, 64) and [64, D)), reduced into
  *                            dq_accum by bulk reduce-adds of its fragments
- *                            staged in shared memory (dq_accum's fragment
- *                            order is the accumulator's; dq_out), or
- *                            staged for the dQ writer (deterministic)
+ *                            staged in shared memory at the step's end
+ *                            (dq_accum's fragment order is the
+ *                            accumulator's; dq_stage) and issued under the
+ *                            next step's S^T GEMM (dq_send), or handed to
+ *                            the dQ writer (deterministic)
  *                   and releases the stage. After the loop: dK * scale and
  *                   dV from registers, rows < the kv tile's length.
  *   dS is double-buffered: a consumer writes step st+1's dS only after
@@ -107,8 +109,11 @@
 constexpr sdpa_hopper_config HOP_CFG = {D, DV, HOP_M, HOP_N, SDPA_WARPS, HOP_STAGES};
 constexpr sdpa_hopper_config HOP_CHOSEN = sdpa_hopper_choose(D, DV);
 static_assert(sdpa_hopper_supported(D, DV), "head dims of the sm_90a family");
+#ifndef SDPA_HOPPER_STAGES_VARIANT /* measurement only: bench_hopper --define */
+#define SDPA_HOPPER_STAGES_VARIANT HOP_CHOSEN.stages
+#endif
 static_assert(HOP_M == HOP_CHOSEN.q_tile && HOP_N == HOP_CHOSEN.kv_tile &&
-                  SDPA_WARPS == HOP_CHOSEN.warps && HOP_STAGES == HOP_CHOSEN.stages,
+                  SDPA_WARPS == HOP_CHOSEN.warps && HOP_STAGES == SDPA_HOPPER_STAGES_VARIANT,
               "tiles, warps and stages as sdpa_hopper_choose gives them");
 static_assert(HOP_N == (HOP_WIDE ? 64 : 64 * SDPA_HOPPER_CONSUMERS) &&
                   SDPA_WARPS == SDPA_HOPPER_WARPS,
@@ -545,85 +550,100 @@ SDPA_DEVICE void dq_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off, int 
 
 /* A consumer warp's dQ piece of step st (query tile from row i0, head h):
  * its 16 query rows (row block rb of the tile) x NQ columns from d_off,
- * into dq_accum. SDPA_HOPPER_DQ_BULK: staged in shared memory at fragment
- * d_off / 8 of block rb (sdpa_hopper_traits.h; NQ / 8 fragments of 128
- * floats, contiguous here and in dq_accum) and added by one bulk
- * reduce-add, or (deterministic) handed to the dQ writer; else one vector
- * reduction per fragment from registers. */
+ * into dq_accum, in two halves so that a caller can put work between
+ * them. dq_stage: SDPA_HOPPER_DQ_BULK: staged in shared memory at
+ * fragment d_off / 8 of block rb (sdpa_hopper_traits.h; NQ / 8 fragments
+ * of 128 floats, contiguous here and in dq_accum), once the unit (or,
+ * deterministic, the dQ writer) has read the previous step's; else one
+ * vector reduction per fragment from registers. dq_send: the staged slice
+ * made visible to the bulk-copy unit and added by one bulk reduce-add, or
+ * (deterministic) handed to the dQ writer (write_dq), which adds the
+ * tiles in kv-tile order. */
+SDPA_DEVICE u32 dq_slice(u32 base, int rb, int d_off) {
+  return base + SMEM_DQ + (rb * D * 16 + (d_off / 8) * 128) * 4;
+}
+
 template <int NQ>
-SDPA_DEVICE void dq_out(const sdpa_kernel_params &p, const Work &w, u32 base, int st, int i0,
-                        int h, int rb, int d_off, const float (&dq)[NQ / 2],
-                        float *const dq_first, sdpa_i64 blk_elems) {
+SDPA_DEVICE void dq_stage(const sdpa_kernel_params &p, const Work &w, u32 base, int st, int i0,
+                          int h, int rb, int d_off, const float (&dq)[NQ / 2],
+                          float *const dq_first, sdpa_i64 blk_elems) {
   const int lane = threadIdx.x & 31;
-  const u32 slice = base + SMEM_DQ + (rb * D * 16 + (d_off / 8) * 128) * 4;
+  const u32 slice = dq_slice(base, rb, d_off);
+  (void)p, (void)dq_first, (void)blk_elems, (void)h, (void)st;
 #if SDPA_DETERMINISTIC
-  /* To the dQ writer (write_dq), which adds the tiles in kv-tile order:
-   * once it has read the previous step's tile, stage this one. */
-  (void)dq_first, (void)blk_elems, (void)h;
+  (void)w, (void)i0;
   if (st > 0) mbar_wait(base + BAR_DQ_EMPTY, (st - 1) & 1);
+#else
+  if (!SDPA_EVEN && i0 + 16 * rb >= w.sq) return;
+#if SDPA_HOPPER_DQ_BULK
+  bulk_wait_read(); /* the unit has read the previous step's slice */
+  __syncwarp();
+#else
+  (void)slice;
+  float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
+#pragma unroll
+  for (int j = 0; j < NQ / 8; ++j) {
+    const float v4[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
+    red_frag(dqa + j * 128, lane, v4);
+  }
+  return;
+#endif
+#endif
+#if SDPA_HOPPER_DQ_BULK
 #pragma unroll
   for (int j = 0; j < NQ / 8; ++j)
     st_shared_v4(slice + j * 512 + lane * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
                  dq[4 * j + 3]);
+#endif
+}
+
+template <int NQ>
+SDPA_DEVICE void dq_send(const Work &w, u32 base, int i0, int h, int rb, int d_off,
+                         float *const dq_first, sdpa_i64 blk_elems) {
+#if SDPA_HOPPER_DQ_BULK
+#if SDPA_DETERMINISTIC
+  (void)w, (void)i0, (void)h, (void)rb, (void)d_off, (void)dq_first, (void)blk_elems;
   fence_proxy_async();
   mbar_arrive(base + BAR_DQ_FULL);
 #else
-  (void)st;
-  if (SDPA_EVEN || i0 + 16 * rb < w.sq) {
-    float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
-#if SDPA_HOPPER_DQ_BULK
-    bulk_wait_read(); /* the unit has read the previous step's slice */
-    __syncwarp();
-#pragma unroll
-    for (int j = 0; j < NQ / 8; ++j)
-      st_shared_v4(slice + j * 512 + lane * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
-                   dq[4 * j + 3]);
-    fence_proxy_async();
-    __syncwarp();
-    if (lane == 0) bulk_reduce_add_f32(dqa, slice, NQ * 16 * 4);
+  if (!SDPA_EVEN && i0 + 16 * rb >= w.sq) return;
+  float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
+  fence_proxy_async();
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) bulk_reduce_add_f32(dqa, dq_slice(base, rb, d_off), NQ * 16 * 4);
+#endif
 #else
-    (void)slice;
-#pragma unroll
-    for (int j = 0; j < NQ / 8; ++j) {
-      const float v4[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
-      red_frag(dqa + j * 128, lane, v4);
-    }
+  (void)w, (void)base, (void)i0, (void)h, (void)rb, (void)d_off, (void)dq_first, (void)blk_elems;
 #endif
-  }
-#endif
+}
+
+template <int NQ>
+SDPA_DEVICE void dq_out(const sdpa_kernel_params &p, const Work &w, u32 base, int st, int i0,
+                        int h, int rb, int d_off, const float (&dq)[NQ / 2],
+                        float *const dq_first, sdpa_i64 blk_elems) {
+  dq_stage<NQ>(p, w, base, st, i0, h, rb, d_off, dq, dq_first, blk_elems);
+  dq_send<NQ>(w, base, i0, h, rb, d_off, dq_first, blk_elems);
 }
 
 #if !HOP_WIDE
-/* Step st's dQ (query head h, tile it) for consumer cw (NQ its columns),
- * both consumers' dS rows in (the caller's barrier): dQ = dS K; the stage's release
- * when dV and dK are done; then its adds into dq_accum: each warp's own
- * bulk reduce-add, or (deterministic) the tile staged for the dQ writer. */
-template <int NQ>
-SDPA_DEVICE void dq_step(const sdpa_kernel_params &p, const Work &w, u32 base, int st,
-                         int stage, u32 s_ds, u32 s_k, int h, int it, int cw,
-                         float *const dq_first, sdpa_i64 blk_elems) {
-  const int wi = (threadIdx.x >> 5) & 3;
-  const int i0 = it * HOP_M, q_off = DQ_SPLIT_M ? 64 * cw : 0;
-  const int d_off = sdpa_hopper_dq_col0(HOP_CFG, cw);
-  float dq[NQ / 2];
-  if (SDPA_HOPPER_ABLATE < 2) {
-    wgmma_fence();
-    dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
-  }
+/* acc = A B^T of one step for this consumer's 64 kv rows (S^T = K Q^T
+ * from SMEM_K / SMEM_Q, dP^T = V dO^T from SMEM_V / SMEM_DO: rows and
+ * tile as given), issued as one commit group. */
+template <int STEPS>
+SDPA_DEVICE void issue_rows(float (&acc)[HOP_M / 2], u32 kv_rows, u32 q_rows) {
+  wgmma_fence();
+  rows_gemm<HOP_M, STEPS>(acc, kv_rows, q_rows);
   wgmma_commit();
-
-  /* dV, dK done: the stage's Q and dO are free, and its LSE and Delta
-   * rows: every consumer thread arrives (an arrival releases only its
-   * own thread's reads of them). */
-  wgmma_wait<1>();
-  mbar_arrive(base + BAR_EMPTY(stage));
-  wgmma_wait<0>();
-  reg_fence(dq);
-  if (SDPA_HOPPER_ABLATE != 0) return;
-
-  dq_out<NQ>(p, w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first, blk_elems);
 }
 
+/* Consumer cw's loop, NQ its dQ columns. Step st's dQ tile is staged in
+ * shared memory at the step's end (dq_stage) and sent (the proxy fence
+ * and the bulk issue, dq_send) once step st+1's S^T is in the tensor
+ * pipe, so that the fence's wait does not leave the tensor cores idle
+ * between steps. Every GEMM retires within its step and no register a
+ * GEMM defined is read under a later step's GEMM: ptxas serializes the
+ * wgmmas across the loop's back edge otherwise (C7514, C7517). */
+template <int NQ>
 SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
                          const unsigned char *smem, int cw) {
   const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
@@ -636,7 +656,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
 #pragma unroll
   for (int i = 0; i < DV / 2; ++i) acc_dv[i] = 0.f;
 
-  const u32 s_k = base + SMEM_K, s_v = base + SMEM_V;
+  const u32 s_k = base + SMEM_K;
   const bool kv_partial = !SDPA_EVEN && w.k0 + HOP_N > w.skv;
   const float scale_log2 = p.scale_log2;
   const int q_off = DQ_SPLIT_M ? 64 * cw : 0, d_off = sdpa_hopper_dq_col0(HOP_CFG, cw);
@@ -646,26 +666,29 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   float *const dq_first = p.dq_accum + (dq_block_base(p, w.b, w.q0) + q_off / 16 + wi) * blk_elems +
                           (d_off / 8) * 128;
 
-  if (w.steps > 0) mbar_wait(base + BAR_KV, 0);
   /* Steps: the group's heads h, each head's query tiles it; stage and its
    * phase follow the ring, ds the dS buffer. */
   int h = w.h_first, it = w.it_lo, stage = 0, ds = 0;
   u32 phase = 0;
+  const u32 s_kr = base + SMEM_K + cw * 64 * 128, s_vr = base + SMEM_V + cw * 64 * 128;
+  float dq[NQ / 2];
+  int prev_i0 = 0, prev_h = 0; /* the query tile and head of the staged dQ */
+  if (w.steps > 0) mbar_wait(base + BAR_KV, 0);
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
     const int i0 = it * HOP_M;
-    mbar_wait(base + BAR_FULL(stage), phase);
     const u32 s_q = base + SMEM_Q + stage * Q_TILE_BYTES;
     const u32 s_do = base + SMEM_DO + stage * DO_TILE_BYTES;
     const u32 s_ds = base + SMEM_DS + ds * DS_TILE_BYTES;
 
-    /* ---- S^T = K Q^T, dP^T = V dO^T (this consumer's 64 kv rows). */
+    /* ---- S^T = K Q^T, the previous step's dQ sent while it runs, then
+     * dP^T = V dO^T (this consumer's 64 kv rows). */
+    mbar_wait(base + BAR_FULL(stage), phase);
     float s[HOP_M / 2], dp[HOP_M / 2];
-    wgmma_fence();
-    rows_gemm<HOP_M, D_STEPS>(s, s_k + cw * 64 * 128, s_q);
-    wgmma_commit();
-    rows_gemm<HOP_M, DV_STEPS>(dp, s_v + cw * 64 * 128, s_do);
-    wgmma_commit();
+    issue_rows<D_STEPS>(s, s_kr, s_q);
+    if (SDPA_HOPPER_ABLATE == 0 && st > 0)
+      dq_send<NQ>(w, base, prev_i0, prev_h, q_off / 16 + wi, d_off, dq_first, blk_elems);
+    issue_rows<DV_STEPS>(dp, s_vr, s_do);
 
     /* ---- P^T, packed as the A operand of dV += P^T dO. */
     wgmma_wait<1>();
@@ -739,19 +762,32 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
       wgmma_rs<D, 1>(acc_dk, df[kk], gmma_desc(s_q + kk * 2048, BOX_Q, 1024), 1);
     wgmma_commit();
 
-    /* ---- dQ = dS K once both consumers' dS rows are in (one barrier
-     * instruction for both, whichever dq_step they run), its adds into
-     * dq_accum; the stage's release. */
-    if (SDPA_HOPPER_ABLATE < 2) named_barrier_sync(1, CONSUMER_THREADS);
-    if constexpr (DQ_N0 == DQ_N1)
-      dq_step<DQ_N0>(p, w, base, st, stage, s_ds, s_k, h, it, cw, dq_first, blk_elems);
-    else if (cw == 0)
-      dq_step<DQ_N0>(p, w, base, st, stage, s_ds, s_k, h, it, cw, dq_first, blk_elems);
-    else
-      dq_step<DQ_N1>(p, w, base, st, stage, s_ds, s_k, h, it, cw, dq_first, blk_elems);
-    advance_step(w, it, h);
+    /* ---- dQ = dS K once both consumers' dS rows are in (the query tile
+     * split between the consumers: M = 128, 64 rows each; else columns
+     * [d_off, d_off + NQ)). */
+    if (SDPA_HOPPER_ABLATE < 2) {
+      named_barrier_sync(1, CONSUMER_THREADS);
+      wgmma_fence();
+      dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
+    }
+    wgmma_commit();
+
+    /* dV, dK done: the stage's Q and dO are free, and its LSE and Delta
+     * rows: every consumer thread arrives (an arrival releases only its
+     * own thread's reads of them). Then dQ retires. */
+    wgmma_wait<1>();
+    mbar_arrive(base + BAR_EMPTY(stage));
+    wgmma_wait<0>();
+    reg_fence(dq);
+    if (SDPA_HOPPER_ABLATE == 0)
+      dq_stage<NQ>(p, w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first, blk_elems);
+    prev_i0 = i0;
+    prev_h = h;
     advance_ring(stage, phase, ds);
+    advance_step(w, it, h);
   }
+  if (SDPA_HOPPER_ABLATE == 0 && w.steps > 0)
+    dq_send<NQ>(w, base, prev_i0, prev_h, q_off / 16 + wi, d_off, dq_first, blk_elems);
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
   finish_consumer<D, DV>(p, w, acc_dk, acc_dv, row0, t, 0, 0);
 }
@@ -828,7 +864,10 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
     else
       consume_wide<1>(p, *(const Work *)(smem + SMEM_WORK), base, smem);
 #else
-    consume(p, *(const Work *)(smem + SMEM_WORK), base, smem, wg - 1);
+    if (DQ_N0 == DQ_N1 || wg == 1)
+      consume<DQ_N0>(p, *(const Work *)(smem + SMEM_WORK), base, smem, wg - 1);
+    else
+      consume<DQ_N1>(p, *(const Work *)(smem + SMEM_WORK), base, smem, wg - 1);
 #endif
   }
 }
