@@ -40,7 +40,8 @@
  *                     (variants: e.g. SDPA_HOPPER_PRODUCER_REGS=40)
  *   --runs N          timed runs per case (default 20)
  *   --seed N          the check data's seed (default: from the clock)
- *   --cubin-dir DIR   write each compiled key's cubin to DIR (for cuobjdump)
+ *   --cubin-dir DIR   write each compiled key's cubin and PTX to DIR (for
+ *                     cuobjdump, and the lines ptxas messages cite)
  * Exit: 0 when every case passed, 1 when one failed, 77 without a GPU.
  */
 #include <crt/../nvrtc.h> /* the toolkit's: src/nvrtc.h shadows <nvrtc.h> */

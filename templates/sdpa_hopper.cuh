@@ -70,8 +70,9 @@
  * Compile-time variants besides the key (bench_hopper --define):
  * SDPA_HOPPER_DQ_BULK (default SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim); 0:
  * dQ reduced from registers, its carve sdpa_hopper_smem_layout_variant(c,
- * 0)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_ABLATE
- * (measurement only), SDPA_HOPPER_PRODUCER_REGS / _CONSUMER_REGS.
+ * 0)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_ABLATE and
+ * SDPA_HOPPER_STAGES_VARIANT (measurement only), SDPA_HOPPER_PRODUCER_REGS
+ * / _CONSUMER_REGS.
  */
 #include "sdpa_params.h"
 #include "sdpa_tensor_maps.h"
@@ -555,74 +556,69 @@ SDPA_DEVICE void dq_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off, int 
  * fragment d_off / 8 of block rb (sdpa_hopper_traits.h; NQ / 8 fragments
  * of 128 floats, contiguous here and in dq_accum), once the unit (or,
  * deterministic, the dQ writer) has read the previous step's; else one
- * vector reduction per fragment from registers. dq_send: the staged slice
- * made visible to the bulk-copy unit and added by one bulk reduce-add, or
- * (deterministic) handed to the dQ writer (write_dq), which adds the
- * tiles in kv-tile order. */
+ * vector reduction per fragment from registers. It returns the slice's
+ * target in dq_accum, or null for rows past the sequence (nothing staged).
+ * dq_send: the staged slice made visible to the bulk-copy unit and added
+ * to that target by one bulk reduce-add, or (deterministic) handed to the
+ * dQ writer (write_dq), which adds the tiles in kv-tile order. */
 SDPA_DEVICE u32 dq_slice(u32 base, int rb, int d_off) {
   return base + SMEM_DQ + (rb * D * 16 + (d_off / 8) * 128) * 4;
 }
 
 template <int NQ>
-SDPA_DEVICE void dq_stage(const sdpa_kernel_params &p, const Work &w, u32 base, int st, int i0,
-                          int h, int rb, int d_off, const float (&dq)[NQ / 2],
-                          float *const dq_first, sdpa_i64 blk_elems) {
+SDPA_DEVICE float *dq_stage(const Work &w, u32 base, int st, int i0, int h, int rb, int d_off,
+                            const float (&dq)[NQ / 2], float *const dq_first,
+                            sdpa_i64 blk_elems) {
   const int lane = threadIdx.x & 31;
-  const u32 slice = dq_slice(base, rb, d_off);
-  (void)p, (void)dq_first, (void)blk_elems, (void)h, (void)st;
+  float *const dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
 #if SDPA_DETERMINISTIC
-  (void)w, (void)i0;
+  (void)w;
   if (st > 0) mbar_wait(base + BAR_DQ_EMPTY, (st - 1) & 1);
 #else
-  if (!SDPA_EVEN && i0 + 16 * rb >= w.sq) return;
+  (void)st;
+  if (!SDPA_EVEN && i0 + 16 * rb >= w.sq) return nullptr;
+#endif
 #if SDPA_HOPPER_DQ_BULK
+#if !SDPA_DETERMINISTIC
   bulk_wait_read(); /* the unit has read the previous step's slice */
   __syncwarp();
+#endif
+  const u32 slice = dq_slice(base, rb, d_off);
+#pragma unroll
+  for (int j = 0; j < NQ / 8; ++j)
+    st_shared_v4(slice + j * 512 + lane * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
+                 dq[4 * j + 3]);
 #else
-  (void)slice;
-  float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
+  (void)base, (void)rb, (void)d_off;
 #pragma unroll
   for (int j = 0; j < NQ / 8; ++j) {
     const float v4[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
     red_frag(dqa + j * 128, lane, v4);
   }
-  return;
 #endif
-#endif
-#if SDPA_HOPPER_DQ_BULK
-#pragma unroll
-  for (int j = 0; j < NQ / 8; ++j)
-    st_shared_v4(slice + j * 512 + lane * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
-                 dq[4 * j + 3]);
-#endif
+  return dqa;
 }
 
 template <int NQ>
-SDPA_DEVICE void dq_send(const Work &w, u32 base, int i0, int h, int rb, int d_off,
-                         float *const dq_first, sdpa_i64 blk_elems) {
-#if SDPA_HOPPER_DQ_BULK
-#if SDPA_DETERMINISTIC
-  (void)w, (void)i0, (void)h, (void)rb, (void)d_off, (void)dq_first, (void)blk_elems;
+SDPA_DEVICE void dq_send(u32 base, int rb, int d_off, float *const dqa) {
+#if SDPA_HOPPER_DQ_BULK && SDPA_DETERMINISTIC
+  (void)rb, (void)d_off, (void)dqa;
   fence_proxy_async();
   mbar_arrive(base + BAR_DQ_FULL);
-#else
-  if (!SDPA_EVEN && i0 + 16 * rb >= w.sq) return;
-  float *dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
+#elif SDPA_HOPPER_DQ_BULK
+  if (!dqa) return;
   fence_proxy_async();
   __syncwarp();
   if ((threadIdx.x & 31) == 0) bulk_reduce_add_f32(dqa, dq_slice(base, rb, d_off), NQ * 16 * 4);
-#endif
 #else
-  (void)w, (void)base, (void)i0, (void)h, (void)rb, (void)d_off, (void)dq_first, (void)blk_elems;
+  (void)base, (void)rb, (void)d_off, (void)dqa; /* reduced by dq_stage */
 #endif
 }
 
 template <int NQ>
-SDPA_DEVICE void dq_out(const sdpa_kernel_params &p, const Work &w, u32 base, int st, int i0,
-                        int h, int rb, int d_off, const float (&dq)[NQ / 2],
-                        float *const dq_first, sdpa_i64 blk_elems) {
-  dq_stage<NQ>(p, w, base, st, i0, h, rb, d_off, dq, dq_first, blk_elems);
-  dq_send<NQ>(w, base, i0, h, rb, d_off, dq_first, blk_elems);
+SDPA_DEVICE void dq_out(const Work &w, u32 base, int st, int i0, int h, int rb, int d_off,
+                        const float (&dq)[NQ / 2], float *const dq_first, sdpa_i64 blk_elems) {
+  dq_send<NQ>(base, rb, d_off, dq_stage<NQ>(w, base, st, i0, h, rb, d_off, dq, dq_first, blk_elems));
 }
 
 #if !HOP_WIDE
@@ -672,7 +668,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   u32 phase = 0;
   const u32 s_kr = base + SMEM_K + cw * 64 * 128, s_vr = base + SMEM_V + cw * 64 * 128;
   float dq[NQ / 2];
-  int prev_i0 = 0, prev_h = 0; /* the query tile and head of the staged dQ */
+  float *dq_target = nullptr; /* where the staged dQ slice goes (dq_stage) */
   if (w.steps > 0) mbar_wait(base + BAR_KV, 0);
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
@@ -686,8 +682,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     mbar_wait(base + BAR_FULL(stage), phase);
     float s[HOP_M / 2], dp[HOP_M / 2];
     issue_rows<D_STEPS>(s, s_kr, s_q);
-    if (SDPA_HOPPER_ABLATE == 0 && st > 0)
-      dq_send<NQ>(w, base, prev_i0, prev_h, q_off / 16 + wi, d_off, dq_first, blk_elems);
+    if (SDPA_HOPPER_ABLATE == 0 && st > 0) dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
     issue_rows<DV_STEPS>(dp, s_vr, s_do);
 
     /* ---- P^T, packed as the A operand of dV += P^T dO. */
@@ -780,14 +775,11 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     wgmma_wait<0>();
     reg_fence(dq);
     if (SDPA_HOPPER_ABLATE == 0)
-      dq_stage<NQ>(p, w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first, blk_elems);
-    prev_i0 = i0;
-    prev_h = h;
+      dq_target = dq_stage<NQ>(w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first, blk_elems);
     advance_ring(stage, phase, ds);
     advance_step(w, it, h);
   }
-  if (SDPA_HOPPER_ABLATE == 0 && w.steps > 0)
-    dq_send<NQ>(w, base, prev_i0, prev_h, q_off / 16 + wi, d_off, dq_first, blk_elems);
+  if (SDPA_HOPPER_ABLATE == 0 && w.steps > 0) dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
   finish_consumer<D, DV>(p, w, acc_dk, acc_dv, row0, t, 0, 0);
 }

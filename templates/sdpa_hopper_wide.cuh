@@ -146,7 +146,7 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     mbar_arrive(base + BAR_EMPTY(stage));
     wgmma_wait<0>();
     reg_fence(dq);
-    dq_out<NQ1>(p, w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
+    dq_out<NQ1>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
     if constexpr (NQ2 > 0) {
       float dq2[NQ2 / 2];
       wgmma_fence();
@@ -154,7 +154,7 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       wgmma_commit();
       wgmma_wait<0>();
       reg_fence(dq2);
-      dq_out<NQ2>(p, w, base, st, i0, h, wi, K0 + NQ1,
+      dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1,
                   dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
     }
     advance_step(w, it, h);
