@@ -42,6 +42,10 @@
  *   --seed N          the check data's seed (default: from the clock)
  *   --cubin-dir DIR   write each compiled key's cubin and PTX to DIR (for
  *                     cuobjdump, and the lines ptxas messages cite)
+ *   --trace DIR       compile with SDPA_HOPPER_TRACE (per-block clock stamps,
+ *                     sdpa_hopper.cuh) and write each timed case's stamps
+ *                     of one more run to DIR/<case>.csv (bench/trace_summary.py
+ *                     reads them)
  * Exit: 0 when every case passed, 1 when one failed, 77 without a GPU.
  */
 #include <crt/../nvrtc.h> /* the toolkit's: src/nvrtc.h shadows <nvrtc.h> */
@@ -87,6 +91,9 @@ static sdpa_runtime *runtime;
 static const char *extra_defines[MAX_DEFINES];
 static const char *cubin_dir; /* --cubin-dir: each key's cubin is written there */
 static int extra_define_count;
+static const char *trace_dir; /* --trace: each timed case's block stamps go there */
+#define TRACE_BLOCKS 16384
+#define TRACE_SLOTS 10 /* sdpa_hopper.cuh */
 
 static double now_ms(void) {
   struct timespec t;
@@ -989,6 +996,50 @@ static sdpa_status hop_once(void *arg, int set) {
   return launch_run(x->m, &x->launches[set]);
 }
 
+/* --trace: one more run of the sm_90a chain with the stamps cleared, then
+ * the stamps of its blocks (up to TRACE_BLOCKS) written to
+ * trace_dir/<case name, spaces as '_'>.csv. */
+static sdpa_status write_trace(const hcase *c, hop_ctx *hx) {
+  const sdpa_driver *drv = gpu.drv;
+  CUdeviceptr g = 0;
+  size_t bytes = 0;
+  if (!drv->cuModuleGetGlobal ||
+      drv->cuModuleGetGlobal(&g, &bytes, hx->m->module, "sdpa_hopper_trace") != CUDA_SUCCESS ||
+      bytes != (size_t)TRACE_BLOCKS * TRACE_SLOTS * 8)
+    return sdpa_error_set(SDPA_STATUS_INTERNAL, "--trace: the module has no sdpa_hopper_trace of %d blocks",
+                          TRACE_BLOCKS);
+  if (drv->cuMemsetD8(g, 0, bytes) != CUDA_SUCCESS)
+    return sdpa_error_set(SDPA_STATUS_DRIVER_ERROR, "--trace: clearing the stamps");
+  sdpa_status st = hop_once(hx, 0);
+  if (st || (st = launch_finish(&hx->launches[0]))) return st;
+  unsigned long long *t = malloc(bytes);
+  if (!t) return SDPA_STATUS_OUT_OF_MEMORY;
+  if (drv->cuMemcpyDtoH(t, g, bytes) != CUDA_SUCCESS) {
+    free(t);
+    return sdpa_error_set(SDPA_STATUS_DRIVER_ERROR, "--trace: reading the stamps");
+  }
+  char path[1024];
+  int n = snprintf(path, sizeof path, "%s/", trace_dir);
+  for (const char *q = c->name; *q && n < (int)sizeof path - 5; q++) path[n++] = *q == ' ' || *q == '/' ? '_' : *q;
+  snprintf(path + n, sizeof path - n, ".csv");
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    free(t);
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT, "--trace: cannot write %s", path);
+  }
+  fprintf(f, "block,gt_entry,smid,steps,clk_entry,clk_kv,clk_loop,clk_bulk,clk_store,clk_producer,"
+             "clk_store1,gt_end\n");
+  for (int b = 0; b < TRACE_BLOCKS; b++) {
+    const unsigned long long *r = t + (size_t)b * TRACE_SLOTS;
+    if (!r[0]) continue; /* past the grid */
+    fprintf(f, "%d,%llu,%llu,%lld,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n", b, r[0], r[1] >> 32,
+            (long long)(r[1] & 0xffffffffu) - 1, r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9]);
+  }
+  fclose(f);
+  free(t);
+  return SDPA_STATUS_SUCCESS;
+}
+
 /* Times case c at full size through both families and compares their
  * outputs on the same data. */
 static int run_timed(hcase *c, int runs) {
@@ -1069,7 +1120,8 @@ static int run_timed(hcase *c, int runs) {
   c->diff[2] = rel_diff(outs[1][2], outs[0][2], nk, c->dtype);
 
   if ((st = time_runs(mma_once, &mx, runs, &c->mma_ms)) ||
-      (st = time_runs(hop_once, &hx, runs, &c->ms)) || (st = launch_finish(&hx.launches[0])))
+      (st = time_runs(hop_once, &hx, runs, &c->ms)) || (st = launch_finish(&hx.launches[0])) ||
+      (trace_dir && (st = write_trace(c, &hx))))
     goto fail;
   c->tflops = case_flops(c) / (c->ms * 1e-3) / 1e12;
   c->mma_tflops = case_flops(c) / (c->mma_ms * 1e-3) / 1e12;
@@ -1239,7 +1291,7 @@ static int compile_all_classes(const char *const *filters, int filter_count) {
 static void usage(void) {
   printf("usage: bench_hopper [--compile-only] [--quick] [--checks|--timed] [--case SUBSTR]...\n"
          "                    [--no-twin] [--define NAME=VALUE]... [--runs N] [--seed N]\n"
-         "                    [--cubin-dir DIR]\n");
+         "                    [--cubin-dir DIR] [--trace DIR]\n");
 }
 
 int main(int argc, char **argv) {
@@ -1259,6 +1311,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) base_seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--cubin-dir") && i + 1 < argc) cubin_dir = argv[++i];
+    else if (!strcmp(argv[i], "--trace") && i + 1 < argc && extra_define_count < MAX_DEFINES) {
+      trace_dir = argv[++i];
+      static char define[64];
+      snprintf(define, sizeof define, "SDPA_HOPPER_TRACE=%d", TRACE_BLOCKS);
+      extra_defines[extra_define_count++] = define;
+    }
     else {
       usage();
       return !strcmp(argv[i], "--help") ? 0 : 2;

@@ -100,6 +100,7 @@ static void load_driver(void) {
                      table.cuGraphExecDestroy && table.cuGraphDestroy;
   RESOLVE_OPTIONAL(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   RESOLVE_OPTIONAL(cuFuncGetAttribute, "cuFuncGetAttribute");
+  RESOLVE_OPTIONAL(cuModuleGetGlobal, "cuModuleGetGlobal_v2");
 
   CUresult rc = table.cuInit(0);
   if (rc != CUDA_SUCCESS) {

@@ -73,6 +73,8 @@ typedef struct sdpa_driver {
                                      CUtensorMapSwizzle, CUtensorMapL2promotion,
                                      CUtensorMapFloatOOBfill);
   CUresult (*cuFuncGetAttribute)(int *, CUfunction_attribute, CUfunction);
+  /* Optional, for benchmarks: a module's global (bench_hopper --trace). */
+  CUresult (*cuModuleGetGlobal)(CUdeviceptr *, size_t *, CUmodule, const char *);
 } sdpa_driver;
 
 /* Loads the driver (once per process, thread-safe) and calls cuInit(0).

@@ -128,6 +128,50 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #define SDPA_HOPPER_ABLATE 0
 #endif
 
+/* Measurement only (bench_hopper --trace): SDPA_HOPPER_TRACE = N records,
+ * for the first N blocks of the grid, TRACE_SLOTS stamps in the module's
+ * global sdpa_hopper_trace (block-major): 0 globaltimer at entry, 1 SM id
+ * << 32 | steps + 1 (0: the block had no work), then SM clocks: 2 entry,
+ * 3 K and V arrived (consumer 0), 4 its loop done, 5 its bulk adds done,
+ * 6 its dK / dV stored, 7 the producer's last copy issued, 8 consumer 1's
+ * dK / dV stored, 9 globaltimer at consumer 0's end. */
+#ifndef SDPA_HOPPER_TRACE
+#define SDPA_HOPPER_TRACE 0
+#endif
+#define TRACE_SLOTS 10
+#if SDPA_HOPPER_TRACE
+__device__ unsigned long long sdpa_hopper_trace[SDPA_HOPPER_TRACE * TRACE_SLOTS];
+#endif
+SDPA_DEVICE void trace_mark(int slot, unsigned long long value) {
+#if SDPA_HOPPER_TRACE
+  const unsigned long long flat = (unsigned long long)blockIdx.y * gridDim.x + blockIdx.x;
+  if (flat < SDPA_HOPPER_TRACE) sdpa_hopper_trace[flat * TRACE_SLOTS + slot] = value;
+#else
+  (void)slot, (void)value;
+#endif
+}
+SDPA_DEVICE unsigned long long trace_clock() {
+#if SDPA_HOPPER_TRACE
+  return clock64();
+#else
+  return 0;
+#endif
+}
+SDPA_DEVICE unsigned long long trace_globaltimer() {
+  unsigned long long t = 0;
+#if SDPA_HOPPER_TRACE
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+#endif
+  return t;
+}
+SDPA_DEVICE unsigned trace_smid() {
+  unsigned id = 0;
+#if SDPA_HOPPER_TRACE
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+#endif
+  return id;
+}
+
 /* Register budgets after setmaxnreg. The block starts with
  * ENTRY_REGS a thread (__launch_bounds__(THREADS, 1): 65536 / 384 rounded
  * down to a multiple of 8 = 168), and setmaxnreg.inc waits until the pool
@@ -534,7 +578,13 @@ SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w,
 #if SDPA_HOPPER_DQ_BULK
   bulk_wait_all();
 #endif
+  if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(5, trace_clock());
   store_dkdv<NK, NV>(p, w, acc_dk, acc_dv, row0, t, k_col, v_col);
+  if (SDPA_HOPPER_TRACE && threadIdx.x == 128) {
+    trace_mark(6, trace_clock());
+    trace_mark(9, trace_globaltimer());
+  }
+  if (SDPA_HOPPER_TRACE && threadIdx.x == 256) trace_mark(8, trace_clock());
 }
 
 /* The dQ GEMM of one consumer: dq = dS[q rows q_off.., all kv] *
@@ -670,6 +720,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   float dq[NQ / 2];
   float *dq_target = nullptr; /* where the staged dQ slice goes (dq_stage) */
   if (w.steps > 0) mbar_wait(base + BAR_KV, 0);
+  if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(3, trace_clock());
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
     const int i0 = it * HOP_M;
@@ -779,6 +830,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     advance_ring(stage, phase, ds);
     advance_step(w, it, h);
   }
+  if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(4, trace_clock());
   if (SDPA_HOPPER_ABLATE == 0 && w.steps > 0) dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
   finish_consumer<D, DV>(p, w, acc_dk, acc_dv, row0, t, 0, 0);
@@ -798,6 +850,11 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
   const u32 base = (raw + 1023) & ~1023u;
   unsigned char *smem = smem_raw + (base - raw);
 
+  if (SDPA_HOPPER_TRACE && threadIdx.x == 0) {
+    trace_mark(0, trace_globaltimer());
+    trace_mark(1, (unsigned long long)trace_smid() << 32);
+    trace_mark(2, trace_clock());
+  }
   Work w;
   int j;
   decode_block(p, j, w.b, w.hk);
@@ -817,6 +874,8 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
   }
   w.steps = w.it_hi >= w.it_lo ? (w.it_hi - w.it_lo + 1) * p.group : 0;
   w.h_first = w.hk * p.group;
+  if (SDPA_HOPPER_TRACE && threadIdx.x == 0)
+    trace_mark(1, (unsigned long long)trace_smid() << 32 | (unsigned)(w.steps + 1));
 
   if (threadIdx.x == 0) {
     *(Work *)(smem + SMEM_WORK) = w;
@@ -841,7 +900,10 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
     setmaxnreg_dec<SDPA_HOPPER_PRODUCER_REGS>();
     const int warp = threadIdx.x >> 5;
     if (warp == 0) {
-      if ((threadIdx.x & 31) == 0 && w.steps > 0) produce_tiles(maps, w, base);
+      if ((threadIdx.x & 31) == 0 && w.steps > 0) {
+        produce_tiles(maps, w, base);
+        if (SDPA_HOPPER_TRACE) trace_mark(7, trace_clock());
+      }
     } else if (warp == 1 || warp == 2) {
       produce_rows(p, *(const Work *)(smem + SMEM_WORK), base, smem);
     } else if (SDPA_DETERMINISTIC && (threadIdx.x & 31) == 0) {
