@@ -132,9 +132,10 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
  * for the first N blocks of the grid, TRACE_SLOTS stamps in the module's
  * global sdpa_hopper_trace (block-major): 0 globaltimer at entry, 1 SM id
  * << 32 | steps + 1 (0: the block had no work), then SM clocks: 2 entry,
- * 3 K and V arrived (consumer 0), 4 its loop done, 5 its bulk adds done,
- * 6 its dK / dV stored, 7 the producer's last copy issued, 8 consumer 1's
- * dK / dV stored, 9 globaltimer at consumer 0's end. */
+ * 3 K and V arrived (consumer 0), 4 its loop done, 5 both consumers
+ * done with their GEMMs, 6 its dK / dV stored, 7 the producer's last
+ * copy issued, 8 consumer 1's dK / dV stored, 9 globaltimer at consumer
+ * 0's end. */
 #ifndef SDPA_HOPPER_TRACE
 #define SDPA_HOPPER_TRACE 0
 #endif
@@ -498,27 +499,71 @@ SDPA_DEVICE void exp_probs(float (&s)[COLS / 2], const float *l2s, int t, float 
   }
 }
 
-/* The epilogue: this thread's dK (times the scale) and dV accumulators,
- * NK columns from k_col and NV from v_col, kv rows row0 and row0 + 8 of
- * the tile, those < kv_valid. */
-template <int NK, int NV>
-SDPA_DEVICE void store_dkdv(const sdpa_kernel_params &p, const Work &w,
-                            const float (&acc_dk)[NK / 2], const float (&acc_dv)[NV / 2],
-                            int row0, int t, int k_col, int v_col) {
-  u16 *dk = (u16 *)p.dk + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head);
-  u16 *dv = (u16 *)p.dv + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dv_batch, p.dv_seq, p.dv_head);
+SDPA_DEVICE void stmatrix_x4(u32 addr, const u32 (&f)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+               "r"(f[0]), "r"(f[1]), "r"(f[2]), "r"(f[3])
+               : "memory");
+}
+SDPA_DEVICE void stmatrix_x2(u32 addr, const u32 (&f)[2]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.shared.b16 [%0], {%1, %2};" ::"r"(addr), "r"(f[0]),
+               "r"(f[1])
+               : "memory");
+}
+
+/* The epilogue's staging (finish_consumer): dK and dV as rows of bf16 /
+ * fp16 in the Q, dO and dS buffers (free once every GEMM of the block has
+ * retired), OUT_PITCH_* bytes a row: an odd number of 16-byte chunks, so
+ * that the eight rows of an stmatrix (and eight consecutive chunks read
+ * back) fall in distinct bank groups. */
+#define OUT_PITCH_K ((((D + 7) / 8) | 1) * 16)
+#define OUT_PITCH_V ((((DV + 7) / 8) | 1) * 16)
+#define SMEM_OUT_K SMEM_Q
+#define SMEM_OUT_V (SMEM_Q + HOP_N * OUT_PITCH_K)
+static_assert(HOP_N * (OUT_PITCH_K + OUT_PITCH_V) <= SMEM_LSE - SMEM_Q,
+              "the dK / dV staging fits in the Q, dO and dS buffers");
+
+/* This thread's accumulator fragments (NC columns from col0, times mul)
+ * to the staging rows at out: the warp's 16 rows from rbase, stmatrix x4
+ * per 16 columns (x2 for a last 8). */
+template <int NC>
+SDPA_DEVICE void stage_rows(u32 out, int pitch, const float (&acc)[NC / 2], float mul, int rbase,
+                            int col0) {
+  const int lane = threadIdx.x & 31, mq = lane >> 3;
+  const u32 row = out + (u32)(rbase + (lane & 7) + 8 * (mq & 1)) * pitch + (col0 / 8) * 16;
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int r = row0 + 8 * hf;
-    if (SDPA_EVEN || r < w.kv_valid) {
-#pragma unroll
-      for (int j = 0; j < NK / 8; ++j)
-        *(u32 *)(dk + (sdpa_i64)r * p.dk_seq + k_col + 8 * j + 2 * t) =
-            pack2<DT>(acc_dk[4 * j + 2 * hf] * p.scale, acc_dk[4 * j + 2 * hf + 1] * p.scale);
-#pragma unroll
-      for (int j = 0; j < NV / 8; ++j)
-        *(u32 *)(dv + (sdpa_i64)r * p.dv_seq + v_col + 8 * j + 2 * t) =
-            pack2<DT>(acc_dv[4 * j + 2 * hf], acc_dv[4 * j + 2 * hf + 1]);
+  for (int jj = 0; jj < NC / 16; ++jj) {
+    const u32 f[4] = {pack2<DT>(acc[8 * jj] * mul, acc[8 * jj + 1] * mul),
+                      pack2<DT>(acc[8 * jj + 2] * mul, acc[8 * jj + 3] * mul),
+                      pack2<DT>(acc[8 * jj + 4] * mul, acc[8 * jj + 5] * mul),
+                      pack2<DT>(acc[8 * jj + 6] * mul, acc[8 * jj + 7] * mul)};
+    stmatrix_x4(row + (2 * jj + (mq >> 1)) * 16, f);
+  }
+  if constexpr (NC % 16 == 8) {
+    constexpr int j = NC / 8 - 1;
+    const u32 f[2] = {pack2<DT>(acc[4 * j] * mul, acc[4 * j + 1] * mul),
+                      pack2<DT>(acc[4 * j + 2] * mul, acc[4 * j + 3] * mul)};
+    stmatrix_x2(row + j * 16, f);
+  }
+}
+
+/* Staged rows (COLS columns, pitch bytes apart) to global memory at dst
+ * (row stride ld elements), rows < valid: every consumer thread, one
+ * 16-byte chunk at a time, consecutive threads on consecutive chunks. */
+template <int COLS>
+SDPA_DEVICE void copy_rows(u16 *dst, sdpa_i64 ld, u32 out, int pitch, int valid) {
+  constexpr int CHUNKS = COLS / 8;
+  const int tid = threadIdx.x - 128;
+#pragma unroll 4
+  for (int x = tid; x < HOP_N * CHUNKS; x += CONSUMER_THREADS) {
+    const int r = x / CHUNKS, c = x % CHUNKS;
+    if (SDPA_EVEN || r < valid) {
+      u32 v0, v1, v2, v3;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                   : "r"(out + (u32)r * pitch + c * 16));
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst + r * ld + c * 8), "r"(v0),
+                   "r"(v1), "r"(v2), "r"(v3)
+                   : "memory");
     }
   }
 }
@@ -553,12 +598,6 @@ SDPA_DEVICE void ds_frags(u32 (&df)[COLS / 16][4], const float (&s)[COLS / 2],
 /* One 16x16 fragment to shared memory: stmatrix x4, matrices (rows 0-7,
  * cols 0-7), (rows 8-15, same), (rows 0-7, cols 8-15), (rows 8-15, 8-15);
  * lane l gives the address of row l % 8 of matrix l / 8. */
-SDPA_DEVICE void stmatrix_x4(u32 addr, const u32 (&f)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-               "r"(f[0]), "r"(f[1]), "r"(f[2]), "r"(f[3])
-               : "memory");
-}
-
 /* The ring's stage and phase and the double-buffer index after a
  * consumer's step (the query tile and head advance apart). */
 SDPA_DEVICE void advance_ring(int &stage, u32 &phase, int &buf) {
@@ -569,17 +608,29 @@ SDPA_DEVICE void advance_ring(int &stage, u32 &phase, int &buf) {
   }
 }
 
-/* A consumer's end: its bulk reduce-adds complete (the block's shared
- * memory must outlive them), then its dK and dV columns stored. */
+/* A consumer's end, both consumers together: once every GEMM of the
+ * block has retired, each stages its dK (times the scale) and dV columns
+ * (NK from k_col, NV from v_col; its rows: the warp's 16 from row0's
+ * 16-row block) in the freed buffers, then all of them store the tile's
+ * rows < kv_valid; last, the bulk reduce-adds have read their staged dQ
+ * (the block's shared memory must outlive the reads; the adds themselves
+ * complete before the kernel does). */
 template <int NK, int NV>
-SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w,
+SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w, u32 base,
                                  const float (&acc_dk)[NK / 2], const float (&acc_dv)[NV / 2],
-                                 int row0, int t, int k_col, int v_col) {
-#if SDPA_HOPPER_DQ_BULK
-  bulk_wait_all();
-#endif
+                                 int row0, int k_col, int v_col) {
+  named_barrier_sync(1, CONSUMER_THREADS);
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(5, trace_clock());
-  store_dkdv<NK, NV>(p, w, acc_dk, acc_dv, row0, t, k_col, v_col);
+  stage_rows<NK>(base + SMEM_OUT_K, OUT_PITCH_K, acc_dk, p.scale, row0 & ~15, k_col);
+  stage_rows<NV>(base + SMEM_OUT_V, OUT_PITCH_V, acc_dv, 1.f, row0 & ~15, v_col);
+  named_barrier_sync(1, CONSUMER_THREADS);
+  copy_rows<D>((u16 *)p.dk + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head),
+               p.dk_seq, base + SMEM_OUT_K, OUT_PITCH_K, w.kv_valid);
+  copy_rows<DV>((u16 *)p.dv + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dv_batch, p.dv_seq, p.dv_head),
+                p.dv_seq, base + SMEM_OUT_V, OUT_PITCH_V, w.kv_valid);
+#if SDPA_HOPPER_DQ_BULK && !SDPA_DETERMINISTIC
+  bulk_wait_read();
+#endif
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) {
     trace_mark(6, trace_clock());
     trace_mark(9, trace_globaltimer());
@@ -833,7 +884,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(4, trace_clock());
   if (SDPA_HOPPER_ABLATE == 0 && w.steps > 0) dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
-  finish_consumer<D, DV>(p, w, acc_dk, acc_dv, row0, t, 0, 0);
+  finish_consumer<D, DV>(p, w, base, acc_dk, acc_dv, row0, 0, 0);
 }
 
 #else

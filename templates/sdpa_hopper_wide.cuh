@@ -162,5 +162,5 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
   }
   /* ---- epilogue: dK * scale, dV, this consumer's columns; rows <
    * kv_valid. */
-  finish_consumer<NK, NV>(p, w, acc_dk, acc_dv, row0, t, K0, V0);
+  finish_consumer<NK, NV>(p, w, base, acc_dk, acc_dv, row0, K0, V0);
 }
