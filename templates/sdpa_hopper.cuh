@@ -132,7 +132,7 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
  * for the first N blocks of the grid, TRACE_SLOTS stamps in the module's
  * global sdpa_hopper_trace (block-major): 0 globaltimer at entry, 1 SM id
  * << 32 | steps + 1 (0: the block had no work), then SM clocks: 2 entry,
- * 3 K and V arrived (consumer 0), 4 its loop done, 5 both consumers
+ * 3 K arrived (consumer 0), 4 its loop done, 5 both consumers
  * done with their GEMMs, 6 its dK / dV stored, 7 the producer's last
  * copy issued, 8 consumer 1's dK / dV stored, 9 globaltimer at consumer
  * 0's end. */
@@ -214,7 +214,6 @@ constexpr sdpa_hopper_smem HOP_SMEM = sdpa_hopper_smem_layout_variant(HOP_CFG, S
 #define Q_TILE_BYTES sdpa_hopper_tile_bytes(HOP_M, D)
 #define DO_TILE_BYTES sdpa_hopper_tile_bytes(HOP_M, DV)
 #define DS_TILE_BYTES sdpa_hopper_tile_bytes(HOP_N, HOP_M)
-#define KV_BYTES (sdpa_hopper_tile_bytes(HOP_N, D) + sdpa_hopper_tile_bytes(HOP_N, DV))
 /* Box strides of each tile (bytes between its 64-column boxes). */
 #define BOX_KV (HOP_N * 128)
 #define BOX_Q (HOP_M * 128)
@@ -229,19 +228,22 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
                   HOP_SMEM.total <= 232448,
               "the carve fits sm_90's 227 KiB with the base's alignment");
 
-/* Barriers (8 bytes each from SMEM_BAR): full[s], empty[s], kv,
- * (deterministic plans) dq_full, dq_empty: the dQ tile staged by the
- * consumers for the dQ writer, and handed back once it has been read, and
- * halves[2]. */
+/* Barriers (8 bytes each from SMEM_BAR, SDPA_HOPPER_BARRIERS of them):
+ * full[s], empty[s], k (the K tile in), (deterministic plans) dq_full,
+ * dq_empty: the dQ tile staged by the consumers for the dQ writer, and
+ * handed back once it has been read, halves[2], v (the V tile in: apart
+ * from K, so that the first S^T GEMM waits only for K and Q). */
 #define BAR_FULL(s) (SMEM_BAR + 8 * (s))
 #define BAR_EMPTY(s) (SMEM_BAR + 8 * (HOP_STAGES + (s)))
-#define BAR_KV (SMEM_BAR + 8 * 2 * HOP_STAGES)
-#define BAR_DQ_FULL (BAR_KV + 8)
-#define BAR_DQ_EMPTY (BAR_KV + 16)
+#define BAR_K (SMEM_BAR + 8 * 2 * HOP_STAGES)
+#define BAR_DQ_FULL (BAR_K + 8)
+#define BAR_DQ_EMPTY (BAR_K + 16)
 /* The wide kernel: both consumers' P^T and dS^T halves of buffer b in
  * (sdpa_hopper_wide.cuh; an mbarrier, since the two consumers run
  * different instantiations and so different barrier instructions). */
-#define BAR_HALVES(b) (BAR_KV + 24 + 8 * (b))
+#define BAR_HALVES(b) (BAR_K + 24 + 8 * (b))
+#define BAR_V (BAR_K + 40)
+static_assert(BAR_V + 8 == SMEM_BAR + 8 * SDPA_HOPPER_BARRIERS(HOP_STAGES), "the barriers' region");
 /* Arrivals that complete a phase: full = the TMA thread (with its bytes)
  * + the ROW_THREADS threads of the LSE/Delta rows; empty and dq_full =
  * every consumer thread; dq_empty = the dQ writer. */
@@ -335,13 +337,12 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
   tma_prefetch_map(&maps.k);
   tma_prefetch_map(&maps.v);
   tma_prefetch_map(&maps.dout);
-  mbar_arrive_expect_tx(base + BAR_KV, KV_BYTES);
+  /* K, the first Q, V, the first dO: in the order the first step's
+   * GEMMs read them */
+  mbar_arrive_expect_tx(base + BAR_K, sdpa_hopper_tile_bytes(HOP_N, D));
 #pragma unroll
   for (int x = 0; x < sdpa_hopper_boxes(D); ++x)
-    tma_tile(base + SMEM_K + x * BOX_KV, &maps.k, base + BAR_KV, x, w.k0, w.kv0, w.hk, w.b);
-#pragma unroll
-  for (int x = 0; x < sdpa_hopper_boxes(DV); ++x)
-    tma_tile(base + SMEM_V + x * BOX_KV, &maps.v, base + BAR_KV, x, w.k0, w.kv0, w.hk, w.b);
+    tma_tile(base + SMEM_K + x * BOX_KV, &maps.k, base + BAR_K, x, w.k0, w.kv0, w.hk, w.b);
   int h = w.h_first, it = w.it_lo;
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
@@ -354,6 +355,12 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
 #pragma unroll
     for (int x = 0; x < sdpa_hopper_boxes(D); ++x)
       tma_tile(sq_ + x * BOX_Q, &maps.q, full, x, it * HOP_M, w.q0, h, w.b);
+    if (st == 0) {
+      mbar_arrive_expect_tx(base + BAR_V, sdpa_hopper_tile_bytes(HOP_N, DV));
+#pragma unroll
+      for (int x = 0; x < sdpa_hopper_boxes(DV); ++x)
+        tma_tile(base + SMEM_V + x * BOX_KV, &maps.v, base + BAR_V, x, w.k0, w.kv0, w.hk, w.b);
+    }
 #pragma unroll
     for (int x = 0; x < sdpa_hopper_boxes(DV); ++x)
       tma_tile(sdo + x * BOX_Q, &maps.dout, full, x, it * HOP_M, w.q0, h, w.b);
@@ -770,7 +777,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   const u32 s_kr = base + SMEM_K + cw * 64 * 128, s_vr = base + SMEM_V + cw * 64 * 128;
   float dq[NQ / 2];
   float *dq_target = nullptr; /* where the staged dQ slice goes (dq_stage) */
-  if (w.steps > 0) mbar_wait(base + BAR_KV, 0);
+  if (w.steps > 0) mbar_wait(base + BAR_K, 0); /* V: before the first dP^T */
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(3, trace_clock());
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
@@ -785,6 +792,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     float s[HOP_M / 2], dp[HOP_M / 2];
     issue_rows<D_STEPS>(s, s_kr, s_q);
     if (SDPA_HOPPER_ABLATE == 0 && st > 0) dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
+    if (st == 0) mbar_wait(base + BAR_V, 0);
     issue_rows<DV_STEPS>(dp, s_vr, s_do);
 
     /* ---- P^T, packed as the A operand of dV += P^T dO. */
@@ -935,7 +943,8 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
       mbar_init(base + BAR_FULL(s), FULL_ARRIVALS);
       mbar_init(base + BAR_EMPTY(s), CONSUMER_THREADS);
     }
-    mbar_init(base + BAR_KV, 1);
+    mbar_init(base + BAR_K, 1);
+    mbar_init(base + BAR_V, 1);
     mbar_init(base + BAR_DQ_FULL, CONSUMER_THREADS);
     mbar_init(base + BAR_DQ_EMPTY, 1);
     mbar_init(base + BAR_HALVES(0), CONSUMER_THREADS);

@@ -148,6 +148,9 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_dq_cols(sdpa_hopper_config c, int consumer) {
 }
 
 #define SDPA_HOPPER_WORK_BYTES 128
+/* The kernel's mbarriers (sdpa_hopper.cuh, BAR_*): full and empty per
+ * stage, then k, dq_full, dq_empty, halves[2], v. */
+#define SDPA_HOPPER_BARRIERS(stages) (2 * (stages) + 6)
 
 SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_config c,
                                                                   int dq_bulk) {
@@ -161,7 +164,7 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
   s.lse2 = s.p + (sdpa_hopper_wide(c.head_dim) ? 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile) : 0);
   s.delta = s.lse2 + c.stages * c.q_tile * 4;
   s.bar = s.delta + c.stages * c.q_tile * 4;
-  s.work = (s.bar + 8 * (2 * c.stages + 5) + 15) / 16 * 16;
+  s.work = (s.bar + 8 * SDPA_HOPPER_BARRIERS(c.stages) + 15) / 16 * 16;
   s.dq = s.work + SDPA_HOPPER_WORK_BYTES;
   if (dq_bulk) s.dq = (s.dq + 127) / 128 * 128;
   s.carve = s.dq + (dq_bulk ? c.q_tile * c.head_dim * 4 : 0);
