@@ -1223,6 +1223,9 @@ static void standard_cases(int quick) {
       set_lens(c, 6, lq, lkv);
       c->lse_strided = 1;
     }
+    /* the wide kernel (head dims above 128) */
+    add_case("bf16 hd256 bshd causal_tl S300", B, S, SDPA_MASK_CAUSAL_TOP_LEFT, 1, 2, 2, 300, 300, 256);
+    add_case("fp16 hd192 bshd none S200", F, S, SDPA_MASK_NONE, 2, 2, 1, 200, 200, 192);
     c = add_case("bf16 hd64 bshd lse strided none S512", B, S, SDPA_MASK_NONE, 2, 4, 4, 512, 512, 64);
     c->lse_strided = 1;
     c = add_case("bf16 hd128 bshd lse strided causal_br S500", B, S, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 4, 4, 500, 500, 128);
