@@ -122,8 +122,11 @@ static_assert(HOP_N == (HOP_WIDE ? 64 : 64 * SDPA_HOPPER_CONSUMERS) &&
 static_assert(HOP_M == 128 || HOP_M == 64, "query tile");
 static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 
-/* Measurement only (bench_hopper --define): 1 leaves out the dQ
- * reductions, 2 the dQ GEMM and its barrier too (wrong results). */
+/* Measurement only (bench_hopper --define; wrong results): 1 leaves out
+ * the dQ reductions, 2 the dQ GEMM and its barrier too; 3 stages each dQ
+ * slice but sends none; 4 sends them without waiting for the previous
+ * read; 5 stores them (a bulk copy) instead of adding (narrow kernel,
+ * bulk adds). */
 #ifndef SDPA_HOPPER_ABLATE
 #define SDPA_HOPPER_ABLATE 0
 #endif
@@ -138,6 +141,11 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
  * 0's end. */
 #ifndef SDPA_HOPPER_TRACE
 #define SDPA_HOPPER_TRACE 0
+#endif
+/* The query tiles' rotation between kv tiles (Work.it_first); 0: every
+ * kv tile from its first query tile. */
+#ifndef SDPA_HOPPER_STAGGER
+#define SDPA_HOPPER_STAGGER 0
 #endif
 #define TRACE_SLOTS 10
 #if SDPA_HOPPER_TRACE
@@ -191,9 +199,10 @@ static_assert(128 * SDPA_HOPPER_PRODUCER_REGS +
               "setmaxnreg budgets within the block's registers (else .inc never returns)");
 
 /* One CTA's work: kv rows [k0, k0 + kv_valid) of sequence b, kv head hk;
- * for each query head of the group, query tiles [it_lo, it_hi]. */
+ * for each query head of the group, query tiles [it_lo, it_hi], from
+ * it_first round to it_first - 1 (SDPA_HOPPER_STAGGER). */
 struct Work {
-  int b, hk, sq, skv, k0, kv_valid, it_lo, it_hi, steps, h_first;
+  int b, hk, sq, skv, k0, kv_valid, it_lo, it_hi, it_first, steps, h_first;
   sdpa_i64 q0, kv0;
   Band band;
 };
@@ -308,12 +317,10 @@ SDPA_DEVICE bool band_crosses(const Work &w, int it) {
 }
 
 /* The next step's query tile and head: the group's heads one after the
- * other, each over its tiles it_lo..it_hi. */
+ * other, each over its tiles it_lo..it_hi from it_first round. */
 SDPA_DEVICE void advance_step(const Work &w, int &it, int &h) {
-  if (++it > w.it_hi) {
-    it = w.it_lo;
-    ++h;
-  }
+  if (++it > w.it_hi) it = w.it_lo;
+  if (it == w.it_first) ++h;
 }
 
 /* -------------------------------------------------------------- producer */
@@ -343,7 +350,7 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
 #pragma unroll
   for (int x = 0; x < sdpa_hopper_boxes(D); ++x)
     tma_tile(base + SMEM_K + x * BOX_KV, &maps.k, base + BAR_K, x, w.k0, w.kv0, w.hk, w.b);
-  int h = w.h_first, it = w.it_lo;
+  int h = w.h_first, it = w.it_first;
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
     const int stage = st % HOP_STAGES, use = st / HOP_STAGES;
@@ -375,7 +382,7 @@ static_assert(HOP_M % ROW_THREADS == 0, "rows per thread");
 SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 base,
                               unsigned char *smem) {
   const int tid = threadIdx.x - 32; /* 0 .. ROW_THREADS - 1 */
-  int h = w.h_first, it = w.it_lo;
+  int h = w.h_first, it = w.it_first;
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
     const int stage = st % HOP_STAGES, use = st / HOP_STAGES;
@@ -424,7 +431,7 @@ SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 ba
 SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base) {
   const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
   float *const dq_tile0 = p.dq_accum + dq_block_base(p, w.b, w.q0) * blk_elems;
-  int h = w.h_first, it = w.it_lo;
+  int h = w.h_first, it = w.it_first;
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
     const int i0 = it * HOP_M;
@@ -688,7 +695,7 @@ SDPA_DEVICE float *dq_stage(const Work &w, u32 base, int st, int i0, int h, int 
 #endif
 #if SDPA_HOPPER_DQ_BULK
 #if !SDPA_DETERMINISTIC
-  bulk_wait_read(); /* the unit has read the previous step's slice */
+  if (SDPA_HOPPER_ABLATE != 4) bulk_wait_read(); /* the unit has read the previous step's slice */
   __syncwarp();
 #endif
   const u32 slice = dq_slice(base, rb, d_off);
@@ -714,10 +721,16 @@ SDPA_DEVICE void dq_send(u32 base, int rb, int d_off, float *const dqa) {
   fence_proxy_async();
   mbar_arrive(base + BAR_DQ_FULL);
 #elif SDPA_HOPPER_DQ_BULK
-  if (!dqa) return;
+  if (!dqa || SDPA_HOPPER_ABLATE == 3) return;
   fence_proxy_async();
   __syncwarp();
-  if ((threadIdx.x & 31) == 0) bulk_reduce_add_f32(dqa, dq_slice(base, rb, d_off), NQ * 16 * 4);
+  if ((threadIdx.x & 31) == 0 && SDPA_HOPPER_ABLATE == 5) /* a plain bulk store */
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                 "cp.async.bulk.commit_group;" ::"l"(dqa),
+                 "r"(dq_slice(base, rb, d_off)), "r"(NQ * 16 * 4)
+                 : "memory");
+  else if ((threadIdx.x & 31) == 0)
+    bulk_reduce_add_f32(dqa, dq_slice(base, rb, d_off), NQ * 16 * 4);
 #else
   (void)base, (void)rb, (void)d_off, (void)dqa; /* reduced by dq_stage */
 #endif
@@ -772,7 +785,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
 
   /* Steps: the group's heads h, each head's query tiles it; stage and its
    * phase follow the ring, ds the dS buffer. */
-  int h = w.h_first, it = w.it_lo, stage = 0, ds = 0;
+  int h = w.h_first, it = w.it_first, stage = 0, ds = 0;
   u32 phase = 0;
   const u32 s_kr = base + SMEM_K + cw * 64 * 128, s_vr = base + SMEM_V + cw * 64 * 128;
   float dq[NQ / 2];
@@ -791,7 +804,8 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     mbar_wait(base + BAR_FULL(stage), phase);
     float s[HOP_M / 2], dp[HOP_M / 2];
     issue_rows<D_STEPS>(s, s_kr, s_q);
-    if (SDPA_HOPPER_ABLATE == 0 && st > 0) dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
+    if (SDPA_HOPPER_ABLATE != 1 && SDPA_HOPPER_ABLATE != 2 && st > 0)
+      dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
     if (st == 0) mbar_wait(base + BAR_V, 0);
     issue_rows<DV_STEPS>(dp, s_vr, s_do);
 
@@ -884,13 +898,14 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     mbar_arrive(base + BAR_EMPTY(stage));
     wgmma_wait<0>();
     reg_fence(dq);
-    if (SDPA_HOPPER_ABLATE == 0)
+    if (SDPA_HOPPER_ABLATE != 1 && SDPA_HOPPER_ABLATE != 2)
       dq_target = dq_stage<NQ>(w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first, blk_elems);
     advance_ring(stage, phase, ds);
     advance_step(w, it, h);
   }
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(4, trace_clock());
-  if (SDPA_HOPPER_ABLATE == 0 && w.steps > 0) dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
+  if (SDPA_HOPPER_ABLATE != 1 && SDPA_HOPPER_ABLATE != 2 && w.steps > 0)
+    dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
   finish_consumer<D, DV>(p, w, base, acc_dk, acc_dv, row0, 0, 0);
 }
@@ -932,6 +947,13 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
     w.it_hi = lo <= hi ? hi / HOP_M : w.it_lo - 1;
   }
   w.steps = w.it_hi >= w.it_lo ? (w.it_hi - w.it_lo + 1) * p.group : 0;
+  /* SDPA_HOPPER_STAGGER (not deterministic plans, whose adds go in
+   * kv-tile order): kv tile j starts at query tile it_lo + j * STAGGER
+   * (mod the range), so that the kv tiles of a head, running side by
+   * side, add to different dQ rows at a time */
+  w.it_first = w.it_lo;
+  if (SDPA_HOPPER_STAGGER && !SDPA_DETERMINISTIC && w.it_hi > w.it_lo)
+    w.it_first += (int)((sdpa_i64)j * SDPA_HOPPER_STAGGER % (w.it_hi - w.it_lo + 1));
   w.h_first = w.hk * p.group;
   if (SDPA_HOPPER_TRACE && threadIdx.x == 0)
     trace_mark(1, (unsigned long long)trace_smid() << 32 | (unsigned)(w.steps + 1));

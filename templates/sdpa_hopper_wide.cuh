@@ -64,7 +64,7 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       p.dq_accum + (dq_block_base(p, w.b, w.q0) + wi) * blk_elems + (K0 / 8) * 128;
 
   if (w.steps > 0) mbar_wait(base + BAR_K, 0); /* V: before the first dP^T */
-  int h = w.h_first, it = w.it_lo, stage = 0, buf = 0;
+  int h = w.h_first, it = w.it_first, stage = 0, buf = 0;
   u32 phase = 0;
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
