@@ -633,11 +633,13 @@ template <int NK, int NV>
 SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w, u32 base,
                                  const float (&acc_dk)[NK / 2], const float (&acc_dv)[NV / 2],
                                  int row0, int k_col, int v_col) {
-  named_barrier_sync(1, CONSUMER_THREADS);
+  /* the consumers run different instantiations (the wide kernel, uneven
+   * dQ splits): the unaligned barrier */
+  named_barrier_sync_unaligned(1, CONSUMER_THREADS);
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(5, trace_clock());
   stage_rows<NK>(base + SMEM_OUT_K, OUT_PITCH_K, acc_dk, p.scale, row0 & ~15, k_col);
   stage_rows<NV>(base + SMEM_OUT_V, OUT_PITCH_V, acc_dv, 1.f, row0 & ~15, v_col);
-  named_barrier_sync(1, CONSUMER_THREADS);
+  named_barrier_sync_unaligned(1, CONSUMER_THREADS);
   copy_rows<D>((u16 *)p.dk + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head),
                p.dk_seq, base + SMEM_OUT_K, OUT_PITCH_K, w.kv_valid);
   copy_rows<DV>((u16 *)p.dv + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dv_batch, p.dv_seq, p.dv_head),
@@ -885,7 +887,10 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
      * split between the consumers: M = 128, 64 rows each; else columns
      * [d_off, d_off + NQ)). */
     if (SDPA_HOPPER_ABLATE < 2) {
-      named_barrier_sync(1, CONSUMER_THREADS);
+      if (DQ_N0 == DQ_N1) /* both consumers in this instantiation */
+        named_barrier_sync(1, CONSUMER_THREADS);
+      else
+        named_barrier_sync_unaligned(1, CONSUMER_THREADS);
       wgmma_fence();
       dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
     }

@@ -174,5 +174,11 @@ template <int REGS> SDPA_DEVICE void setmaxnreg_inc() {
 SDPA_DEVICE void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+/* The same barrier where its threads reach it through different
+ * instructions (bar.sync is barrier.sync.aligned: one instruction for
+ * all of them). */
+SDPA_DEVICE void named_barrier_sync_unaligned(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 #endif /* SDPA_WGMMA_CUH */
