@@ -63,7 +63,12 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
   float *const dq_first =
       p.dq_accum + (dq_block_base(p, w.b, w.q0) + wi) * blk_elems + (K0 / 8) * 128;
 
-  if (w.steps > 0) mbar_wait(base + BAR_K, 0); /* V: before the first dP^T */
+  /* K and V both (a wait between the S^T and dP^T GEMMs below makes
+   * ptxas fence them, C7519) */
+  if (w.steps > 0) {
+    mbar_wait(base + BAR_K, 0);
+    mbar_wait(base + BAR_V, 0);
+  }
   int h = w.h_first, it = w.it_first, stage = 0, buf = 0;
   u32 phase = 0;
 #pragma unroll 1
@@ -81,7 +86,6 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     wgmma_fence();
     rows_gemm<QH, D_STEPS>(s, s_k, s_q + Q0 * 128);
     wgmma_commit();
-    if (st == 0) mbar_wait(base + BAR_V, 0);
     rows_gemm<QH, DV_STEPS>(dp, s_v, s_do + Q0 * 128);
     wgmma_commit();
 
