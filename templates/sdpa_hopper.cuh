@@ -143,12 +143,11 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #define SDPA_HOPPER_TRACE 0
 #endif
 /* The query tiles' rotation between kv tiles (Work.it_first); 0: every
- * kv tile from its first query tile. On without a mask, where every kv
- * tile of a head walks the same query tiles (H200, bf16 hd 128: +1.2 to
- * +1.9% at S 1k-4k); off with one (S 16k causal lost 2.5-4%: the kv
- * tiles' ranges differ already, and Q/dO are read less in step). */
+ * kv tile from its first query tile. Measured on the H200 as a variant
+ * (bf16 hd 128): 1 gave +1.2 to +1.9% at S 1k-4k without a mask, -2.5 to
+ * -4% at S 16k causal; off until the GPU suite has run with it. */
 #ifndef SDPA_HOPPER_STAGGER
-#define SDPA_HOPPER_STAGGER (SDPA_MASK == 0 ? 1 : 0)
+#define SDPA_HOPPER_STAGGER 0
 #endif
 #define TRACE_SLOTS 10
 #if SDPA_HOPPER_TRACE
