@@ -29,7 +29,8 @@
  *
  * Options:
  *   --compile-only    compile every key class (no GPU needed) and print the
- *                     reports; exit 1 on a spill, a warning or an error
+ *                     reports; exit 1 on a spill, a warning or an error, or
+ *                     when the --case filters leave no class
  *   --quick           a few check and timed cases
  *   --case SUBSTR     only cases (with --compile-only: key classes) whose name
  *                     contains SUBSTR (repeatable)
@@ -1288,6 +1289,10 @@ static int compile_all_classes(const char *const *filters, int filter_count) {
             }
   printf("%d classes compiled in %.1f s (slowest %.0f ms), %d with a spill, warning or error\n",
          module_count, (now_ms() - t0) / 1e3, slowest, failures);
+  if (module_count == 0) {
+    printf("no key class matches the --case filters\n");
+    return 1;
+  }
   return failures;
 }
 
