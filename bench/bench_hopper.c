@@ -94,7 +94,7 @@ static const char *cubin_dir; /* --cubin-dir: each key's cubin is written there 
 static int extra_define_count;
 static const char *trace_dir; /* --trace: each timed case's block stamps go there */
 #define TRACE_BLOCKS 16384
-#define TRACE_SLOTS 10 /* sdpa_hopper.cuh */
+#define TRACE_SLOTS SDPA_HOPPER_TRACE_SLOTS
 
 static double now_ms(void) {
   struct timespec t;
@@ -1021,7 +1021,8 @@ static sdpa_status write_trace(const hcase *c, hop_ctx *hx) {
   }
   char path[1024];
   int n = snprintf(path, sizeof path, "%s/", trace_dir);
-  for (const char *q = c->name; *q && n < (int)sizeof path - 5; q++) path[n++] = *q == ' ' || *q == '/' ? '_' : *q;
+  for (const char *q = c->name; *q && n < (int)sizeof path - 5; q++)
+    path[n++] = *q == ' ' || *q == '/' ? '_' : *q;
   snprintf(path + n, sizeof path - n, ".csv");
   FILE *f = fopen(path, "w");
   if (!f) {

@@ -7,7 +7,7 @@ templates/sdpa_hopper.cuh).
     python3 bench/trace_summary.py DIR/*.csv
 
 Per case: the kernel's span (globaltimer), then each SM's time split into
-prologue (entry to K and V in, consumer 0), loop (its steps), the last dQ
+prologue (entry to K in, consumer 0), loop (its steps), the last dQ
 send and bulk wait, the dK / dV stores, the gap to the SM's next block
 (block exit, launch, empty blocks), and the SM's idle time after its last
 block (the tail). Times within an SM come from its clock (the same

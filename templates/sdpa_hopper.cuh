@@ -70,9 +70,9 @@
  * Compile-time variants besides the key (bench_hopper --define):
  * SDPA_HOPPER_DQ_BULK (default SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim); 0:
  * dQ reduced from registers, its carve sdpa_hopper_smem_layout_variant(c,
- * 0)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_ABLATE and
- * SDPA_HOPPER_STAGES_VARIANT (measurement only), SDPA_HOPPER_PRODUCER_REGS
- * / _CONSUMER_REGS.
+ * 0)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_STAGGER, SDPA_HOPPER_ABLATE,
+ * SDPA_HOPPER_TRACE and SDPA_HOPPER_STAGES_VARIANT (measurement only),
+ * SDPA_HOPPER_PRODUCER_REGS / _CONSUMER_REGS.
  */
 #include "sdpa_params.h"
 #include "sdpa_tensor_maps.h"
@@ -130,18 +130,9 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #ifndef SDPA_HOPPER_ABLATE
 #define SDPA_HOPPER_ABLATE 0
 #endif
+/* Whether the consumers stage and send their dQ at all. */
+#define DQ_OUT (SDPA_HOPPER_ABLATE != 1 && SDPA_HOPPER_ABLATE != 2)
 
-/* Measurement only (bench_hopper --trace): SDPA_HOPPER_TRACE = N records,
- * for the first N blocks of the grid, TRACE_SLOTS stamps in the module's
- * global sdpa_hopper_trace (block-major): 0 globaltimer at entry, 1 SM id
- * << 32 | steps + 1 (0: the block had no work), then SM clocks: 2 entry,
- * 3 K arrived (consumer 0), 4 its loop done, 5 both consumers
- * done with their GEMMs, 6 its dK / dV stored, 7 the producer's last
- * copy issued, 8 consumer 1's dK / dV stored, 9 globaltimer at consumer
- * 0's end. */
-#ifndef SDPA_HOPPER_TRACE
-#define SDPA_HOPPER_TRACE 0
-#endif
 /* The query tiles' rotation between kv tiles (Work.it_first); 0: every
  * kv tile from its first query tile. Measured on the H200 as a variant
  * (bf16 hd 128): 1 gave +1.2 to +1.9% at S 1k-4k without a mask, -2.5 to
@@ -149,39 +140,42 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #ifndef SDPA_HOPPER_STAGGER
 #define SDPA_HOPPER_STAGGER 0
 #endif
-#define TRACE_SLOTS 10
-#if SDPA_HOPPER_TRACE
-__device__ unsigned long long sdpa_hopper_trace[SDPA_HOPPER_TRACE * TRACE_SLOTS];
+
+/* Measurement only (bench_hopper --trace): SDPA_HOPPER_TRACE = N records,
+ * for the first N blocks of the grid, SDPA_HOPPER_TRACE_SLOTS stamps in
+ * the module's global sdpa_hopper_trace (block-major): 0 globaltimer at
+ * entry, 1 SM id << 32 | steps + 1 (0: the block had no work), then SM
+ * clocks: 2 entry, 3 K arrived (consumer 0), 4 its loop done, 5 both
+ * consumers done with their GEMMs, 6 its dK / dV stored, 7 the
+ * producer's last copy issued, 8 consumer 1's dK / dV stored, 9
+ * globaltimer at consumer 0's end. Callers test SDPA_HOPPER_TRACE first,
+ * so that without it the stamps compile away. */
+#ifndef SDPA_HOPPER_TRACE
+#define SDPA_HOPPER_TRACE 0
 #endif
+#if SDPA_HOPPER_TRACE
+__device__ unsigned long long sdpa_hopper_trace[SDPA_HOPPER_TRACE * SDPA_HOPPER_TRACE_SLOTS];
 SDPA_DEVICE void trace_mark(int slot, unsigned long long value) {
-#if SDPA_HOPPER_TRACE
   const unsigned long long flat = (unsigned long long)blockIdx.y * gridDim.x + blockIdx.x;
-  if (flat < SDPA_HOPPER_TRACE) sdpa_hopper_trace[flat * TRACE_SLOTS + slot] = value;
-#else
-  (void)slot, (void)value;
-#endif
+  if (flat < SDPA_HOPPER_TRACE) sdpa_hopper_trace[flat * SDPA_HOPPER_TRACE_SLOTS + slot] = value;
 }
-SDPA_DEVICE unsigned long long trace_clock() {
-#if SDPA_HOPPER_TRACE
-  return clock64();
-#else
-  return 0;
-#endif
-}
+SDPA_DEVICE unsigned long long trace_clock() { return clock64(); }
 SDPA_DEVICE unsigned long long trace_globaltimer() {
-  unsigned long long t = 0;
-#if SDPA_HOPPER_TRACE
+  unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-#endif
   return t;
 }
 SDPA_DEVICE unsigned trace_smid() {
-  unsigned id = 0;
-#if SDPA_HOPPER_TRACE
+  unsigned id;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-#endif
   return id;
 }
+#else
+SDPA_DEVICE void trace_mark(int, unsigned long long) {}
+SDPA_DEVICE unsigned long long trace_clock() { return 0; }
+SDPA_DEVICE unsigned long long trace_globaltimer() { return 0; }
+SDPA_DEVICE unsigned trace_smid() { return 0; }
+#endif
 
 /* Register budgets after setmaxnreg. The block starts with
  * ENTRY_REGS a thread (__launch_bounds__(THREADS, 1): 65536 / 384 rounded
@@ -515,6 +509,10 @@ SDPA_DEVICE void exp_probs(float (&s)[COLS / 2], const float *l2s, int t, float 
   }
 }
 
+/* One 16x16 fragment to shared memory: stmatrix x4, matrices (rows 0-7,
+ * cols 0-7), (rows 8-15, same), (rows 0-7, cols 8-15), (rows 8-15, 8-15);
+ * lane l gives the address of row l % 8 of matrix l / 8 (x2: the first
+ * two matrices, lanes 0-15). */
 SDPA_DEVICE void stmatrix_x4(u32 addr, const u32 (&f)[4]) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
                "r"(f[0]), "r"(f[1]), "r"(f[2]), "r"(f[3])
@@ -611,9 +609,6 @@ SDPA_DEVICE void ds_frags(u32 (&df)[COLS / 16][4], const float (&s)[COLS / 2],
   }
 }
 
-/* One 16x16 fragment to shared memory: stmatrix x4, matrices (rows 0-7,
- * cols 0-7), (rows 8-15, same), (rows 0-7, cols 8-15), (rows 8-15, 8-15);
- * lane l gives the address of row l % 8 of matrix l / 8. */
 /* The ring's stage and phase and the double-buffer index after a
  * consumer's step (the query tile and head advance apart). */
 SDPA_DEVICE void advance_ring(int &stage, u32 &phase, int &buf) {
@@ -728,13 +723,12 @@ SDPA_DEVICE void dq_send(u32 base, int rb, int d_off, float *const dqa) {
   if (!dqa || SDPA_HOPPER_ABLATE == 3) return;
   fence_proxy_async();
   __syncwarp();
-  if ((threadIdx.x & 31) == 0 && SDPA_HOPPER_ABLATE == 5) /* a plain bulk store */
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
-                 "cp.async.bulk.commit_group;" ::"l"(dqa),
-                 "r"(dq_slice(base, rb, d_off)), "r"(NQ * 16 * 4)
-                 : "memory");
-  else if ((threadIdx.x & 31) == 0)
-    bulk_reduce_add_f32(dqa, dq_slice(base, rb, d_off), NQ * 16 * 4);
+  if ((threadIdx.x & 31) == 0) {
+    if (SDPA_HOPPER_ABLATE == 5)
+      bulk_store(dqa, dq_slice(base, rb, d_off), NQ * 16 * 4);
+    else
+      bulk_reduce_add_f32(dqa, dq_slice(base, rb, d_off), NQ * 16 * 4);
+  }
 #else
   (void)base, (void)rb, (void)d_off, (void)dqa; /* reduced by dq_stage */
 #endif
@@ -808,7 +802,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     mbar_wait(base + BAR_FULL(stage), phase);
     float s[HOP_M / 2], dp[HOP_M / 2];
     issue_rows<D_STEPS>(s, s_kr, s_q);
-    if (SDPA_HOPPER_ABLATE != 1 && SDPA_HOPPER_ABLATE != 2 && st > 0)
+    if (DQ_OUT && st > 0)
       dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
     if (st == 0) mbar_wait(base + BAR_V, 0);
     issue_rows<DV_STEPS>(dp, s_vr, s_do);
@@ -905,13 +899,13 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     mbar_arrive(base + BAR_EMPTY(stage));
     wgmma_wait<0>();
     reg_fence(dq);
-    if (SDPA_HOPPER_ABLATE != 1 && SDPA_HOPPER_ABLATE != 2)
+    if (DQ_OUT)
       dq_target = dq_stage<NQ>(w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first, blk_elems);
     advance_ring(stage, phase, ds);
     advance_step(w, it, h);
   }
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(4, trace_clock());
-  if (SDPA_HOPPER_ABLATE != 1 && SDPA_HOPPER_ABLATE != 2 && w.steps > 0)
+  if (DQ_OUT && w.steps > 0)
     dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
   finish_consumer<D, DV>(p, w, base, acc_dk, acc_dv, row0, 0, 0);

@@ -148,6 +148,9 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_dq_cols(sdpa_hopper_config c, int consumer) {
 }
 
 #define SDPA_HOPPER_WORK_BYTES 128
+/* Stamps a block records under SDPA_HOPPER_TRACE (sdpa_hopper.cuh; read
+ * by bench_hopper --trace). */
+#define SDPA_HOPPER_TRACE_SLOTS 10
 /* The kernel's mbarriers (sdpa_hopper.cuh, BAR_*): full and empty per
  * stage, then k, dq_full, dq_empty, halves[2], v. */
 #define SDPA_HOPPER_BARRIERS(stages) (2 * (stages) + 6)

@@ -138,6 +138,14 @@ SDPA_DEVICE void bulk_reduce_add_f32(float *dst, u32 src, u32 bytes) {
       "r"(src), "r"(bytes)
       : "memory");
 }
+/* The same bytes stored, not added (measurement: SDPA_HOPPER_ABLATE 5). */
+SDPA_DEVICE void bulk_store(float *dst, u32 src, u32 bytes) {
+  asm volatile(
+      "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
+}
 /* Waits until the bulk groups of this thread have read their sources /
  * have completed. */
 SDPA_DEVICE void bulk_wait_read() {
