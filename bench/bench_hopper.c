@@ -1194,6 +1194,8 @@ static void standard_cases(int quick) {
     add_case("fp16 hd64 bshd none S300", F, S, SDPA_MASK_NONE, 2, 4, 4, 300, 300, 64);
     add_case("bf16 hd128 gqa 8/2 causal_tl S384", B, S, SDPA_MASK_CAUSAL_TOP_LEFT, 1, 8, 2, 384, 384, 128);
     add_case("bf16 hd64 mqa 4/1 none S300", B, S, SDPA_MASK_NONE, 2, 4, 1, 300, 300, 64);
+    add_case("bf16 hd128 gqa 8/2 none S300", B, S, SDPA_MASK_NONE, 1, 8, 2, 300, 300, 128);
+    add_case("fp16 hd96 bshd none S300", F, S, SDPA_MASK_NONE, 2, 4, 4, 300, 300, 96);
     {
       static const int lq[] = {300, 0, 512, 37, 129, 1}, lkv[] = {300, 0, 512, 37, 129, 1};
       c = add_case("bf16 hd128 thd causal_tl mixed+empty", B, T, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 4, 4, 0, 0, 128);

@@ -209,6 +209,14 @@ static sdpa_status load_module(const sdpa_driver *drv, CUcontext ctx,
                     m->main, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     smem_bytes),
                 "cuFuncSetAttribute (the main kernel's dynamic shared memory)");
+  {
+    CUdevice device = 0;
+    SDPA_CU_CHECK(drv, drv->cuCtxGetDevice(&device), "cuCtxGetDevice");
+    SDPA_CU_CHECK(drv,
+                  drv->cuDeviceGetAttribute(&m->sm_count,
+                                            CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+                  "reading the device's multiprocessor count");
+  }
   if (error_word) {
     long page = sysconf(_SC_PAGESIZE);
     if (page <= 0) page = 4096;

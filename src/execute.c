@@ -191,6 +191,7 @@ static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void 
   p.semaphores = fold_dq || d->deterministic ? (sdpa_i32 *)(ws + plan->ws_semaphores)
                                              : NULL;
   p.error_flag = (sdpa_i32 *)(uintptr_t)m->error_device;
+  p.sm_count = m->sm_count;
   if (d->layout == SDPA_LAYOUT_THD) {
     p.cu_seqlens_q = t->cu_seqlens_q;
     p.cu_seqlens_kv = t->cu_seqlens_kv;

@@ -30,6 +30,8 @@ typedef struct sdpa_module_entry {
                              * (THD kernels set flags); malloc'd; NULL
                              * for BSHD kernels                         */
   CUdeviceptr error_device; /* its device address                     */
+  int sm_count;             /* multiprocessors of the context's device
+                             * (sdpa_kernel_params.sm_count)            */
   struct sdpa_module_entry *next;
 } sdpa_module_entry;
 

@@ -57,8 +57,10 @@
  *   SDPA_Q_TILE, SDPA_KV_TILE, SDPA_WARPS, SDPA_STAGES as
  *   sdpa_hopper_choose gives them; SDPA_LSE_PACKED; SDPA_LAYOUT 1 BSHD |
  *   2 THD; SDPA_MASK 0..3; SDPA_DETERMINISTIC (1, up to head_dim 192:
- *   each query tile's dQ adds in kv-tile order, each waiting for the
- *   previous tile's adds to be complete: bitwise-reproducible); SDPA_EVEN;
+ *   each query tile's dQ adds in a fixed order of its kv tiles, each
+ *   waiting for the previous tile's adds to be complete: bitwise-
+ *   reproducible; kv-tile order, or without a mask the rotation's where
+ *   a kv head's blocks fit the GPU, p.sm_count: dq_rank); SDPA_EVEN;
  *   SDPA_FOLD_DQ (0 only).
  *
  * Launch contract: sdpa_hopper_traits.h (grid, block, shared memory) and
@@ -199,6 +201,9 @@ static_assert(128 * SDPA_HOPPER_PRODUCER_REGS +
  * it_first round to it_first - 1 (SDPA_HOPPER_STAGGER). */
 struct Work {
   int b, hk, sq, skv, k0, kv_valid, it_lo, it_hi, it_first, steps, h_first;
+  /* deterministic: whether the adds' order follows the rotation, and
+   * dq_rank's constants: K / T, K % T, j % T, j / T */
+  int rotate, rot_q, rot_r, rot_jm, rot_jd;
   sdpa_i64 q0, kv0;
   Band band;
 };
@@ -416,9 +421,31 @@ SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 ba
   }
 }
 
+/* The rank of this block's adds into query tile `it` under the rotation
+ * (deterministic plans without a mask whose kv head's blocks fit the GPU
+ * at once, main's w.rotate): kv tile j visits tile i at step (i + j) mod
+ * T of each head (T query tiles, w.it_first), and the K kv tiles of the
+ * sequence add into it in the order of (that step, j), so that each adds
+ * one step after the one before it instead of all waiting in a chain at
+ * the same step. The rank counts the kv tiles j' < K before j: of the
+ * values (i + j') mod T, K = q T + r of them (every value q times, then
+ * i .. i + r - 1 mod T once more), those below a = (i + j) mod T, plus
+ * the j / T earlier ones equal to a (the divisions made once, in main:
+ * the writer runs on the producer's few registers). */
+#define HOP_ROTATE (SDPA_DETERMINISTIC && SDPA_MASK == 0)
+SDPA_DEVICE int dq_rank(const Work &w, int it) {
+  const int T = w.it_hi - w.it_lo + 1, i = it - w.it_lo, r = w.rot_r;
+  int a = i + w.rot_jm;
+  if (a >= T) a -= T;
+  const int below = i + r <= T ? min(max(a - i, 0), r)
+                               : min(max(a - i, 0), T - i) + min(a, i + r - T);
+  return w.rot_q * a + below + w.rot_jd;
+}
+
 /* Warp 3, one lane (deterministic plans): each step's dQ tile, staged by
- * the consumers, into dq_accum in kv-tile order. The kv tiles that visit
- * query tile (h, it) add into it in index order: wait until the ones
+ * the consumers, into dq_accum in kv-tile order (or the rotation's,
+ * dq_rank). The kv tiles that visit query tile (h, it) add into it in
+ * index order: wait until the ones
  * before this tile are done (the tile's counter holds how many, from the
  * first that visits it) and for the staged tile (dq_full); add it, one
  * bulk reduce-add per 16-row block inside the sequence; hand the staging
@@ -432,7 +459,8 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base) 
   for (int st = 0; st < w.steps; ++st) {
     const int i0 = it * HOP_M;
     int *const sem = q_tile_counter(p, h, w.b, it);
-    const int kv_rank = w.k0 / HOP_N - band_first_kv_tile(w.band, i0, HOP_N);
+    const int kv_rank = HOP_ROTATE && w.rotate ? dq_rank(w, it)
+                                               : w.k0 / HOP_N - band_first_kv_tile(w.band, i0, HOP_N);
     dq_turn_wait(sem, kv_rank);
     mbar_wait(base + BAR_DQ_FULL, st & 1);
     fence_proxy_async_global(); /* the adds after the counter's acquire */
@@ -955,6 +983,24 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
   w.it_first = w.it_lo;
   if (SDPA_HOPPER_STAGGER && !SDPA_DETERMINISTIC && w.it_hi > w.it_lo)
     w.it_first += (int)((sdpa_i64)j * SDPA_HOPPER_STAGGER % (w.it_hi - w.it_lo + 1));
+  /* deterministic without a mask: kv tile j from query tile -j mod T, the
+   * adds into a tile in the order of the steps that visit it (dq_rank).
+   * A block may then wait for a later block of its kv head; only where
+   * all of them fit the GPU at once (the grid's kv tiles a sequence, one
+   * block an SM), so that the earlier ones cannot hold every SM while
+   * they wait (launch in index order, as the kv-tile order assumes). */
+  w.rotate = w.rot_q = w.rot_r = w.rot_jm = w.rot_jd = 0;
+#if HOP_ROTATE
+  if ((p.seqlen_kv + HOP_N - 1) / HOP_N <= p.sm_count && w.it_hi >= w.it_lo) {
+    const int T = w.it_hi - w.it_lo + 1, K = (w.skv + HOP_N - 1) / HOP_N;
+    w.rotate = 1;
+    w.rot_q = K / T;
+    w.rot_r = K % T;
+    w.rot_jm = j % T;
+    w.rot_jd = j / T;
+    w.it_first = w.it_lo + (T - w.rot_jm) % T;
+  }
+#endif
   w.h_first = w.hk * p.group;
   if (SDPA_HOPPER_TRACE && threadIdx.x == 0)
     trace_mark(1, (unsigned long long)trace_smid() << 32 | (unsigned)(w.steps + 1));

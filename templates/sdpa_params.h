@@ -70,6 +70,10 @@ typedef struct sdpa_kernel_params {
                            pairs a group spans (sdpa_bwd.cuh)        */
   float scale;       /* softmax scale                               */
   float scale_log2;  /* scale * log2(e)                             */
+  sdpa_i32 sm_count; /* multiprocessors of the device launched on, 0
+                        if unknown (sm_90a deterministic plans without a
+                        mask: whether a kv head's blocks fit at once,
+                        sdpa_hopper.cuh's rotation)                  */
 } sdpa_kernel_params;
 
 /* Error flag bits (error_flag word). */

@@ -837,6 +837,12 @@ static const case_spec deterministic_specs[] = {
      * 192 / 128 causal, 160 with GQA */
     BSHD_CASE("det_hd192_128_causal", 1, 2, 1, 333, 333, 192, 128, BR, 0, 0, 0, PACKED, LP, 1),
     BSHD_CASE("det_gqa_4_2_hd160", 2, 4, 2, 200, 260, 160, 0, NONE, 0, 0, 0, PACKED, LP, 1),
+    /* the sm_90a orders of the adds: no mask with more kv tiles than
+     * query tiles (the rotation's ties), causal over many tiles and a
+     * window open to the right (the kv-tile order) */
+    BSHD_CASE("det_short_q_long_kv", 1, 2, 2, 130, 900, 128, 0, NONE, 0, 0, 0, PACKED, LP, 1),
+    BSHD_CASE("det_causal_tl_hd128", 1, 2, 2, 700, 700, 128, 0, TL, 0, 0, 0, PACKED, LP, 1),
+    BSHD_CASE("det_window_64_open", 1, 2, 1, 400, 400, 128, 0, WIN, 64, -1, 0, PACKED, LP, 1),
 };
 
 /* Every deterministic case, three runs each with the run's plan options:
