@@ -154,8 +154,10 @@ static int image_rejected(CUresult rc) {
   }
 }
 
-/* Loads `cubin` in the current context `ctx`: module, the three kernels,
- * the main kernel's dynamic shared memory limit and, with `error_word`
+/* Loads `cubin` in the current context `ctx` (of `device`): module, the
+ * three kernels, the main kernel's dynamic shared memory limit, the
+ * device's multiprocessor count (sdpa_kernel_params.sm_count) and, with
+ * `error_word`
  * (THD kernels: only they check their input on the device), a zeroed
  * mapped error word. *rejected is set when the driver refused the image
  * itself.
@@ -165,7 +167,7 @@ static int image_rejected(CUresult rc) {
  * process's first cuMemHostAlloc sets up the driver's pinned pool, ~0.7-1.7
  * ms on an H200 host, where registering one page costs 80-220 us (445-575
  * us when registered as portable, mapped into every context). */
-static sdpa_status load_module(const sdpa_driver *drv, CUcontext ctx,
+static sdpa_status load_module(const sdpa_driver *drv, CUcontext ctx, CUdevice device,
                                const void *cubin, int smem_bytes,
                                int error_word, sdpa_module_entry **out,
                                int *rejected) {
@@ -209,14 +211,10 @@ static sdpa_status load_module(const sdpa_driver *drv, CUcontext ctx,
                     m->main, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     smem_bytes),
                 "cuFuncSetAttribute (the main kernel's dynamic shared memory)");
-  {
-    CUdevice device = 0;
-    SDPA_CU_CHECK(drv, drv->cuCtxGetDevice(&device), "cuCtxGetDevice");
-    SDPA_CU_CHECK(drv,
-                  drv->cuDeviceGetAttribute(&m->sm_count,
-                                            CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
-                  "reading the device's multiprocessor count");
-  }
+  SDPA_CU_CHECK(drv,
+                drv->cuDeviceGetAttribute(&m->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                          device),
+                "reading the device's multiprocessor count");
   if (error_word) {
     long page = sysconf(_SC_PAGESIZE);
     if (page <= 0) page = 4096;
@@ -259,7 +257,7 @@ static sdpa_status module_for_context(sdpa_runtime *rt,
                                       const sdpa_bwd_plan *plan,
                                       sdpa_kernel_entry *entry,
                                       const sdpa_driver *drv, CUcontext ctx,
-                                      sdpa_module_entry **out,
+                                      CUdevice device, sdpa_module_entry **out,
                                       sdpa_source *source) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
   int rejected = 0, retried = 0;
@@ -273,7 +271,7 @@ static sdpa_status module_for_context(sdpa_runtime *rt,
         *out = m;
         goto done;
       }
-    status = load_module(drv, ctx, entry->cubin, smem,
+    status = load_module(drv, ctx, device, entry->cubin, smem,
                          plan->fields.layout == SDPA_LAYOUT_THD, out, &rejected);
     if (status == SDPA_STATUS_SUCCESS) {
       (*out)->next = entry->modules;
@@ -358,7 +356,7 @@ static sdpa_status compile_plan(sdpa_bwd_plan *plan, sdpa_source *source) {
         (status = sdpa_driver_arch(drv, device, &device_arch)))
       goto done;
     if (device_arch == plan->fields.arch) {
-      status = module_for_context(rt, plan, entry, drv, ctx, &module, source);
+      status = module_for_context(rt, plan, entry, drv, ctx, device, &module, source);
       if (status != SDPA_STATUS_SUCCESS) goto done;
     } else {
       sdpa_runtime_log(rt, SDPA_LOG_INFO,

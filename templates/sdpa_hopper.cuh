@@ -443,11 +443,10 @@ SDPA_DEVICE int dq_rank(const Work &w, int it) {
 }
 
 /* Warp 3, one lane (deterministic plans): each step's dQ tile, staged by
- * the consumers, into dq_accum in kv-tile order (or the rotation's,
- * dq_rank). The kv tiles that visit query tile (h, it) add into it in
- * index order: wait until the ones
- * before this tile are done (the tile's counter holds how many, from the
- * first that visits it) and for the staged tile (dq_full); add it, one
+ * the consumers, into dq_accum in a fixed order of the kv tiles that
+ * visit query tile (h, it): index order, or the rotation's (dq_rank).
+ * Wait until the ones before this tile in it are done (the tile's counter
+ * holds how many) and for the staged tile (dq_full); add it, one
  * bulk reduce-add per 16-row block inside the sequence; hand the staging
  * back once read (dq_empty); wait for the adds to be complete (not only
  * read), then pass the turn on. The consumers run on meanwhile. */

@@ -43,8 +43,10 @@ SDPA_DEVICE int band_first_kv_tile(const Band &band, int i, int n) {
 /* The counter of query tile `it` of head h, sequence b in p.semaphores
  * (zeroed by the preprocess kernel). Deterministic kernels (both
  * families) keep their dQ adds' turns in it: how many of the kv tiles
- * that visit the tile (from band_first_kv_tile on, in index order) have
- * completed their adds. A kv tile of rank r (its index minus the first's)
+ * that visit the tile (from band_first_kv_tile on, in index order; the
+ * sm_90a kernels without a mask may order them by a rotation instead,
+ * sdpa_hopper.cuh's dq_rank) have completed their adds. A kv tile of
+ * rank r (in index order, its index minus the first's)
  * waits until it reads r (dq_turn_wait), adds, and once its adds are
  * complete stores r + 1 (dq_turn_pass). The folded dQ conversion counts
  * its visitors' arrivals in it. */
