@@ -43,6 +43,7 @@
 #include "nvrtc.h"
 #include "runtime.h"
 #include "status.h"
+#include "../templates/sdpa_hopper_traits.h"
 
 #define MAX_BATCH (1 << 24)
 #define MAX_HEADS (1 << 16)
@@ -483,14 +484,20 @@ int64_t sdpa_dq_blocks(const sdpa_bwd_desc *d, int64_t rows_q) {
 /* (sequence, kv head) pairs per group of the masked launch order (the
  * 8-warp kernels; the 4-warp ones run j-major and ignore it), for
  * `kv_tiles` >= 1 kv tiles a pair: ORDER_GROUP_BLOCKS worth of kv tiles
- * (deterministic plans: every pair, so that a kv tile never runs beside
- * the lower kv tiles of its pair whose dQ adds it waits for),
+ * (deterministic plans in index order: every pair, so that a kv tile
+ * never runs beside the lower kv tiles of its pair whose dQ adds it waits
+ * for; the sm_90a family's that add in descending order launch a group's
+ * lightest kv tiles first, sdpa_hopper_dq_descends: the default),
  * or options.order_group (tuning and testing: any positive count; the
  * grid is the same); at most every pair. */
-static int launch_order_group(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o,
-                              int64_t kv_tiles) {
+static int launch_order_group(const sdpa_bwd_desc *d, const sdpa_key_fields *c,
+                              const sdpa_bwd_plan_options *o, int64_t kv_tiles) {
   const int64_t pairs = (int64_t)d->batch * d->heads_kv;
-  int64_t group = d->deterministic ? pairs : (ORDER_GROUP_BLOCKS + kv_tiles - 1) / kv_tiles;
+  const int index_order =
+      d->deterministic && !(c->family == SDPA_FAMILY_HOPPER &&
+                            sdpa_hopper_dq_descends(1, (int)d->mask, d->window_right,
+                                                    d->heads_q / d->heads_kv));
+  int64_t group = index_order ? pairs : (ORDER_GROUP_BLOCKS + kv_tiles - 1) / kv_tiles;
   if (o->order_group > 0) group = o->order_group;
   return (int)(group < pairs ? group : pairs);
 }
@@ -528,7 +535,7 @@ static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
   p->window_left = d->window_left; /* -1 unless a sliding window */
   p->window_right = d->window_right;
   const int64_t kv_tiles = sdpa_tiles(d->seqlen_kv, c->kv_tile);
-  p->order_group = launch_order_group(d, &plan->options, kv_tiles);
+  p->order_group = launch_order_group(d, c, &plan->options, kv_tiles);
   p->scale = d->scale;
   p->scale_log2 = d->scale * 1.4426950408889634f;
 

@@ -59,8 +59,9 @@
  *   2 THD; SDPA_MASK 0..3; SDPA_DETERMINISTIC (1, up to head_dim 192:
  *   each query tile's dQ adds in a fixed order of its kv tiles, each
  *   waiting for the previous tile's adds to be complete: bitwise-
- *   reproducible; kv-tile order, or without a mask the rotation's where
- *   a kv head's blocks fit the GPU, p.sm_count: dq_rank); SDPA_EVEN;
+ *   reproducible; kv-tile order, descending under a right-bounded
+ *   mask, or without a mask the rotation's where a kv head's blocks fit
+ *   the GPU, p.sm_count: dq_rank); SDPA_EVEN;
  *   SDPA_FOLD_DQ (0 only).
  *
  * Launch contract: sdpa_hopper_traits.h (grid, block, shared memory) and
@@ -202,8 +203,9 @@ static_assert(128 * SDPA_HOPPER_PRODUCER_REGS +
 struct Work {
   int b, hk, sq, skv, k0, kv_valid, it_lo, it_hi, it_first, steps, h_first;
   /* deterministic: whether the adds' order follows the rotation, and
-   * dq_rank's constants: K / T, K % T, j % T, j / T */
-  int rotate, rot_q, rot_r, rot_jm, rot_jd;
+   * dq_rank's constants: K / T, K % T, j % T, j / T; whether it is
+   * descending (dq_rank) */
+  int rotate, rot_q, rot_r, rot_jm, rot_jd, descend;
   sdpa_i64 q0, kv0;
   Band band;
 };
@@ -281,11 +283,20 @@ static_assert(DQ_SPLIT_M || sdpa_hopper_dq_col0(HOP_CFG, 1) % 64 == 0,
 
 /* ----------------------------------------------------------- work split */
 
+/* The orders of the deterministic adds (dq_rank): whether they may follow
+ * the rotation (no mask), whether they descend (a launch-wide fact,
+ * sdpa_hopper_traits.h) */
+#define HOP_ROTATE (SDPA_DETERMINISTIC && SDPA_MASK == 0)
+#define HOP_DESCENDS(p)                                                       \
+  (SDPA_DETERMINISTIC && sdpa_hopper_dq_descends(1, SDPA_MASK, (p).window_right, (p).group))
+
 /* The block's kv tile j, sequence b, kv head hk; the mma family's order
  * (sdpa_bwd.cuh, decode_block): no mask: x = b * kv_tiles + j; masked:
  * within groups of p.order_group (sequence, kv head) pairs, kv tile j of
- * each before j + 1 (heaviest first; deterministic plans take every pair
- * as one group). */
+ * each before j + 1 (heaviest first; deterministic plans in index order
+ * take every pair as one group), or j + 1 before j where the adds
+ * descend (HOP_DESCENDS: lightest first, each block after those whose
+ * adds it waits for). */
 SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &hk) {
   const unsigned bx = blockIdx.x, by = blockIdx.y;
   const int kv_tiles = (p.seqlen_kv + HOP_N - 1) / HOP_N;
@@ -300,7 +311,7 @@ SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &
   const sdpa_i64 group = flat / span, first = group * p.order_group;
   const int members = (int)min((sdpa_i64)p.order_group, pairs - first);
   const int r = (int)(flat - group * span);
-  j = r / members;
+  j = HOP_DESCENDS(p) ? kv_tiles - 1 - r / members : r / members;
   const sdpa_i64 pair = first + r % members;
   b = (int)(pair / p.heads_kv);
   hk = (int)(pair % p.heads_kv);
@@ -421,9 +432,19 @@ SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 ba
   }
 }
 
-/* The rank of this block's adds into query tile `it` under the rotation
- * (deterministic plans without a mask whose kv head's blocks fit the GPU
- * at once, main's w.rotate): kv tile j visits tile i at step (i + j) mod
+/* The rank of this block's adds into query tile `it` (deterministic
+ * plans): index order, kv tile j after the tiles from band_first_kv_tile
+ * on, or (main's w.descend, w.rotate):
+ *
+ * Descending (a mask with a right bound, HOP_DESCENDS): kv tile j after
+ * the tiles above it up to band_last_kv_tile. Kv tile j + 1 starts
+ * HOP_N / HOP_M query tiles after j and so visits each tile of j's at
+ * least that many steps before j does, and the launch runs it first: the
+ * add j waits for was made steps earlier. In index order kv tile j's
+ * first add waits for j - 1's at j - 1's own step: a chain through the
+ * head, one add's latency a kv tile.
+ *
+ * The rotation (no mask): kv tile j visits tile i at step (i + j) mod
  * T of each head (T query tiles, w.it_first), and the K kv tiles of the
  * sequence add into it in the order of (that step, j), so that each adds
  * one step after the one before it instead of all waiting in a chain at
@@ -432,8 +453,12 @@ SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 ba
  * i .. i + r - 1 mod T once more), those below a = (i + j) mod T, plus
  * the j / T earlier ones equal to a (the divisions made once, in main:
  * the writer runs on the producer's few registers). */
-#define HOP_ROTATE (SDPA_DETERMINISTIC && SDPA_MASK == 0)
 SDPA_DEVICE int dq_rank(const Work &w, int it) {
+  const int i0 = it * HOP_M;
+  if (SDPA_DETERMINISTIC && SDPA_MASK != 0 && w.descend)
+    return band_last_kv_tile(w.band, min(w.sq - 1, i0 + HOP_M - 1), w.skv, HOP_N) -
+           w.k0 / HOP_N;
+  if (!HOP_ROTATE || !w.rotate) return w.k0 / HOP_N - band_first_kv_tile(w.band, i0, HOP_N);
   const int T = w.it_hi - w.it_lo + 1, i = it - w.it_lo, r = w.rot_r;
   int a = i + w.rot_jm;
   if (a >= T) a -= T;
@@ -444,7 +469,8 @@ SDPA_DEVICE int dq_rank(const Work &w, int it) {
 
 /* Warp 3, one lane (deterministic plans): each step's dQ tile, staged by
  * the consumers, into dq_accum in a fixed order of the kv tiles that
- * visit query tile (h, it): index order, or the rotation's (dq_rank).
+ * visit query tile (h, it) (dq_rank: index order, descending or the
+ * rotation's).
  * Wait until the ones before this tile in it are done (the tile's counter
  * holds how many) and for the staged tile (dq_full); add it, one
  * bulk reduce-add per 16-row block inside the sequence; hand the staging
@@ -458,8 +484,7 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base) 
   for (int st = 0; st < w.steps; ++st) {
     const int i0 = it * HOP_M;
     int *const sem = q_tile_counter(p, h, w.b, it);
-    const int kv_rank = HOP_ROTATE && w.rotate ? dq_rank(w, it)
-                                               : w.k0 / HOP_N - band_first_kv_tile(w.band, i0, HOP_N);
+    const int kv_rank = dq_rank(w, it);
     dq_turn_wait(sem, kv_rank);
     mbar_wait(base + BAR_DQ_FULL, st & 1);
     fence_proxy_async_global(); /* the adds after the counter's acquire */
@@ -982,13 +1007,15 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
   w.it_first = w.it_lo;
   if (SDPA_HOPPER_STAGGER && !SDPA_DETERMINISTIC && w.it_hi > w.it_lo)
     w.it_first += (int)((sdpa_i64)j * SDPA_HOPPER_STAGGER % (w.it_hi - w.it_lo + 1));
-  /* deterministic without a mask: kv tile j from query tile -j mod T, the
-   * adds into a tile in the order of the steps that visit it (dq_rank).
-   * A block may then wait for a later block of its kv head; only where
-   * all of them fit the GPU at once (the grid's kv tiles a sequence, one
-   * block an SM), so that the earlier ones cannot hold every SM while
-   * they wait (launch in index order, as the kv-tile order assumes). */
+  /* deterministic: the order of the adds into a query tile (dq_rank).
+   * Descending under a right-bounded mask (the launch runs the kv tiles
+   * lightest first, decode_block). The rotation without a mask may make a
+   * block wait for a later block of its kv head; only where all of them
+   * fit the GPU at once (the grid's kv tiles a sequence, one block an SM),
+   * so that the earlier ones cannot hold every SM while they wait (launch
+   * in index order, as the index order assumes). */
   w.rotate = w.rot_q = w.rot_r = w.rot_jm = w.rot_jd = 0;
+  w.descend = HOP_DESCENDS(p);
 #if HOP_ROTATE
   if ((p.seqlen_kv + HOP_N - 1) / HOP_N <= p.sm_count && w.it_hi >= w.it_lo) {
     const int T = w.it_hi - w.it_lo + 1, K = (w.skv + HOP_N - 1) / HOP_N;

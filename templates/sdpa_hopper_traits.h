@@ -74,6 +74,22 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_deterministic_supported(int head_dim) {
   return head_dim <= SDPA_HOPPER_STAGING_MAX;
 }
 
+/* Whether a deterministic kernel adds each query tile's dQ in descending
+ * kv-tile order and launches the kv tiles of a group of the masked launch
+ * order lightest first (each block then waits only for blocks launched
+ * before it): under a mask with a right bound (mask 1, 2 causal; 3 a
+ * window with window_right >= 0), where kv tile j + 1 reaches each query
+ * tile steps before j, and one query head a kv head (`group` 1). With a
+ * group of query heads a block runs `group` times longer, and the
+ * heaviest blocks launched last make a tail as long (measured: GQA 64/8
+ * S 4k causal 8-21% slower than index order, bench/HOPPER-NOTES.md).
+ * Otherwise index order, heaviest first. */
+SDPA_HOPPER_TRAIT int sdpa_hopper_dq_descends(int deterministic, int mask, int window_right,
+                                              int group) {
+  return deterministic && group == 1 &&
+         (mask == 1 || mask == 2 || (mask == 3 && window_right >= 0));
+}
+
 /* The configuration for a key: q tile 128 up to head_dim 64 (the S^T and
  * dP^T accumulators are 64 x 128 per consumer next to at most 64 + 64
  * dK/dV registers), 64 above (up to 128 dK/dV registers); kv tile 128

@@ -40,12 +40,22 @@ SDPA_DEVICE int band_first_kv_tile(const Band &band, int i, int n) {
   return band.left >= 0 ? max(0, i + band.off - band.left) / n : 0;
 }
 
+/* The last kv tile (of `n` keys, of a sequence of skv keys) that visits
+ * the query tile of rows i..i_end (i_end < sq, the sequence's last row
+ * at most), under a band with a right bound (band.right >= 0): its
+ * highest visible key is i_end + off + right. Meant for tiles some kv
+ * tile visits (then that key is >= 0). */
+SDPA_DEVICE int band_last_kv_tile(const Band &band, int i_end, int skv, int n) {
+  return min((skv + n - 1) / n - 1, (i_end + band.off + band.right) / n);
+}
+
 /* The counter of query tile `it` of head h, sequence b in p.semaphores
  * (zeroed by the preprocess kernel). Deterministic kernels (both
  * families) keep their dQ adds' turns in it: how many of the kv tiles
  * that visit the tile (from band_first_kv_tile on, in index order; the
- * sm_90a kernels without a mask may order them by a rotation instead,
- * sdpa_hopper.cuh's dq_rank) have completed their adds. A kv tile of
+ * sm_90a kernels may order them by a rotation without a mask, or
+ * from band_last_kv_tile down under a right-bounded mask, sdpa_hopper.cuh's
+ * dq_rank) have completed their adds. A kv tile of
  * rank r (in index order, its index minus the first's)
  * waits until it reads r (dq_turn_wait), adds, and once its adds are
  * complete stores r + 1 (dq_turn_pass). The folded dQ conversion counts

@@ -843,17 +843,33 @@ static const case_spec deterministic_specs[] = {
     BSHD_CASE("det_short_q_long_kv", 1, 2, 2, 130, 900, 128, 0, NONE, 0, 0, 0, PACKED, LP, 1),
     BSHD_CASE("det_causal_tl_hd128", 1, 2, 2, 700, 700, 128, 0, TL, 0, 0, 0, PACKED, LP, 1),
     BSHD_CASE("det_window_64_open", 1, 2, 1, 400, 400, 128, 0, WIN, 64, -1, 0, PACKED, LP, 1),
+    /* no mask, more kv tiles than an H200 has SMs (132 at 128 keys): the
+     * rotation's condition fails and the adds go in index order */
+    BSHD_CASE("det_long_kv", 1, 1, 1, 70, 17000, 64, 0, NONE, 0, 0, 0, PACKED, LP, 1),
 };
 
-/* Every deterministic case, three runs each with the run's plan options:
+/* Masked deterministic problems of many (sequence, kv head) pairs, run
+ * as they plan and in launch groups of 5 pairs, the last one smaller
+ * (deterministic_sm90a_launch_groups): the sm_90a family adds each
+ * query tile's dQ in descending kv-tile order and launches a group's
+ * lightest kv tiles first, so no block may be missed or wait for one
+ * launched after it. */
+static const case_spec many_pairs_specs[] = {
+    BSHD_CASE("det_many_pairs_causal", 2, 24, 24, 300, 300, 128, 0, TL, 0, 0, 0, PACKED, LP, 1),
+    THD_CASE("det_many_pairs_thd", 3, 16, 16, 64, 0, BR, 0, 0, 0, PACKED, LPAD, 1,
+             LENS(300, 17, 200), LENS(280, 40, 384)),
+    BSHD_CASE("det_many_pairs_window", 1, 48, 48, 380, 380, 64, 0, WIN, 100, 30, 0, PACKED, LP,
+              1),
+};
+
+/* Every case of `specs`, three runs each with the run's plan options:
  * each run correct, the runs bitwise equal. Returns the failures. */
-static int deterministic_cases(void) {
-  int count = (int)(sizeof deterministic_specs / sizeof deterministic_specs[0]);
+static int deterministic_cases_of(const case_spec *specs, int count) {
   test_case *cases = calloc((size_t)count * 2, sizeof *cases);
   for (int i = 0; i < count; i++) {
     char label[80];
-    snprintf(label, sizeof label, "deterministic %s", deterministic_specs[i].name);
-    case_init(&cases[i], &deterministic_specs[i], i % 2 ? SDPA_DTYPE_FP16 : SDPA_DTYPE_BF16,
+    snprintf(label, sizeof label, "deterministic %s", specs[i].name);
+    case_init(&cases[i], &specs[i], i % 2 ? SDPA_DTYPE_FP16 : SDPA_DTYPE_BF16,
               0xde7e0000u + (uint64_t)i, label);
   }
   prepare_batch(cases, count);
@@ -892,6 +908,12 @@ static int deterministic_cases(void) {
   return failures;
 }
 
+#define SPECS(a) (a), (int)(sizeof(a) / sizeof((a)[0]))
+static int deterministic_cases(void) {
+  return deterministic_cases_of(SPECS(deterministic_specs)) +
+         deterministic_cases_of(SPECS(many_pairs_specs));
+}
+
 START_TEST(deterministic_is_bitwise) {
   const int failures = deterministic_cases();
   ck_assert_msg(failures == 0, "%d deterministic cases failed", failures);
@@ -910,6 +932,23 @@ START_TEST(deterministic_sm90a_is_bitwise) {
   const int failures = deterministic_cases();
   test_options = saved;
   ck_assert_msg(failures == 0, "%d deterministic sm_90a cases failed", failures);
+}
+END_TEST
+
+/* The many-pairs problems on the sm_90a family in launch groups of 5
+ * pairs (the default groups hold more pairs than they have). */
+START_TEST(deterministic_sm90a_launch_groups) {
+  if (gpu.arch != 90) {
+    printf("deterministic_sm90a_launch_groups: skipped: sm_%d (the family needs sm_90)\n",
+           gpu.arch);
+    return;
+  }
+  const sdpa_bwd_plan_options saved = test_options;
+  test_options.family = SDPA_FAMILY_HOPPER;
+  test_options.order_group = 5;
+  const int failures = deterministic_cases_of(SPECS(many_pairs_specs));
+  test_options = saved;
+  ck_assert_msg(failures == 0, "%d deterministic sm_90a launch-group cases failed", failures);
 }
 END_TEST
 
@@ -1450,6 +1489,7 @@ static Suite *gpu_suite(void) {
   TCase *det = tcase_create("deterministic");
   tcase_add_test(det, deterministic_is_bitwise);
   tcase_add_test(det, deterministic_sm90a_is_bitwise);
+  tcase_add_test(det, deterministic_sm90a_launch_groups);
   suite_add_tcase(s, det);
   return s;
 }
