@@ -308,7 +308,8 @@ static int compile_key(hmodule *m) {
   if (ok && have_gpu) {
     const sdpa_driver *drv = gpu.drv;
     const sdpa_hopper_smem smem =
-        sdpa_hopper_smem_layout_variant(key_config(&m->key), dq_bulk_defined(m->key.head_dim));
+        sdpa_hopper_smem_layout_variant(key_config(&m->key), dq_bulk_defined(m->key.head_dim),
+                                        1 /* not deterministic: one dQ buffer */);
     ok = drv->cuModuleLoadData(&m->module, cubin) == CUDA_SUCCESS &&
          drv->cuModuleGetFunction(&m->pre, m->module, "sdpa_bwd_preprocess") == CUDA_SUCCESS &&
          drv->cuModuleGetFunction(&m->main, m->module, "sdpa_bwd_main") == CUDA_SUCCESS &&
@@ -563,7 +564,8 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
   L->main_x = (unsigned)sdpa_hopper_grid_x(cfg, c->seqlen_kv, c->batch);
   L->main_y = (unsigned)c->heads_kv;
   L->convert_x = (unsigned)((int64_t)p->q_blocks * c->batch * c->heads_q);
-  L->smem = sdpa_hopper_smem_layout_variant(with_variants(cfg), dq_bulk_defined(cfg.head_dim)).total;
+  L->smem =
+      sdpa_hopper_smem_layout_variant(with_variants(cfg), dq_bulk_defined(cfg.head_dim), 1).total;
   return status;
 }
 

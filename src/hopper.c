@@ -125,7 +125,7 @@ sdpa_status sdpa_hopper_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_pla
   f->kv_tile = c.kv_tile;
   f->warps = c.warps;
   f->stages = c.stages;
-  *smem_bytes = sdpa_hopper_smem_layout(c).total;
+  *smem_bytes = sdpa_hopper_smem_layout(c, d->deterministic).total;
   /* sm_90's 227 KiB (config.c's sdpa_arch_smem_limit) */
   if (*smem_bytes > 232448)
     return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,

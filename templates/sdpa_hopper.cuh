@@ -73,7 +73,7 @@
  * Compile-time variants besides the key (bench_hopper --define):
  * SDPA_HOPPER_DQ_BULK (default SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim); 0:
  * dQ reduced from registers, its carve sdpa_hopper_smem_layout_variant(c,
- * 0)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_STAGGER, SDPA_HOPPER_ABLATE,
+ * 0, 1)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_STAGGER, SDPA_HOPPER_ABLATE,
  * SDPA_HOPPER_TRACE and SDPA_HOPPER_STAGES_VARIANT (measurement only),
  * SDPA_HOPPER_PRODUCER_REGS / _CONSUMER_REGS.
  */
@@ -211,7 +211,10 @@ struct Work {
 };
 
 /* Shared-memory carve (sdpa_hopper_traits.h). */
-constexpr sdpa_hopper_smem HOP_SMEM = sdpa_hopper_smem_layout_variant(HOP_CFG, SDPA_HOPPER_DQ_BULK);
+/* dQ staging buffers (deterministic kernels: one writer thread each) */
+constexpr int DQ_BUFFERS = sdpa_hopper_dq_buffers(HOP_CFG, SDPA_HOPPER_DQ_BULK, SDPA_DETERMINISTIC);
+constexpr sdpa_hopper_smem HOP_SMEM =
+    sdpa_hopper_smem_layout_variant(HOP_CFG, SDPA_HOPPER_DQ_BULK, DQ_BUFFERS);
 #define SMEM_K HOP_SMEM.k
 #define SMEM_V HOP_SMEM.v
 #define SMEM_Q HOP_SMEM.q
@@ -241,20 +244,21 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
               "the carve fits sm_90's 227 KiB with the base's alignment");
 
 /* Barriers (8 bytes each from SMEM_BAR, SDPA_HOPPER_BARRIERS of them):
- * full[s], empty[s], k (the K tile in), (deterministic plans) dq_full,
- * dq_empty: the dQ tile staged by the consumers for the dQ writer, and
- * handed back once it has been read, halves[2], v (the V tile in: apart
- * from K, so that the first S^T GEMM waits only for K and Q). */
+ * full[s], empty[s], k (the K tile in), (deterministic plans) dq_full[b],
+ * dq_empty[b]: the dQ tile staged by the consumers in buffer b for its
+ * dQ writer, and handed back once it has been read, halves[2], v (the V
+ * tile in: apart from K, so that the first S^T GEMM waits only for K and
+ * Q). */
 #define BAR_FULL(s) (SMEM_BAR + 8 * (s))
 #define BAR_EMPTY(s) (SMEM_BAR + 8 * (HOP_STAGES + (s)))
 #define BAR_K (SMEM_BAR + 8 * 2 * HOP_STAGES)
-#define BAR_DQ_FULL (BAR_K + 8)
-#define BAR_DQ_EMPTY (BAR_K + 16)
+#define BAR_DQ_FULL(b) (BAR_K + 8 + 8 * (b))
+#define BAR_DQ_EMPTY(b) (BAR_K + 24 + 8 * (b))
 /* The wide kernel: both consumers' P^T and dS^T halves of buffer b in
  * (sdpa_hopper_wide.cuh; an mbarrier, since the two consumers run
  * different instantiations and so different barrier instructions). */
-#define BAR_HALVES(b) (BAR_K + 24 + 8 * (b))
-#define BAR_V (BAR_K + 40)
+#define BAR_HALVES(b) (BAR_K + 40 + 8 * (b))
+#define BAR_V (BAR_K + 56)
 static_assert(BAR_V + 8 == SMEM_BAR + 8 * SDPA_HOPPER_BARRIERS(HOP_STAGES), "the barriers' region");
 /* Arrivals that complete a phase: full = the TMA thread (with its bytes)
  * + the ROW_THREADS threads of the LSE/Delta rows; empty and dq_full =
@@ -467,8 +471,9 @@ SDPA_DEVICE int dq_rank(const Work &w, int it) {
   return w.rot_q * a + below + w.rot_jd;
 }
 
-/* Warp 3, one lane (deterministic plans): each step's dQ tile, staged by
- * the consumers, into dq_accum in a fixed order of the kv tiles that
+/* Warp 3, lane `buf` of DQ_BUFFERS (deterministic plans): the dQ tile of
+ * each step st with st % DQ_BUFFERS == buf, staged by the consumers in
+ * buffer buf, into dq_accum in a fixed order of the kv tiles that
  * visit query tile (h, it) (dq_rank: index order, descending or the
  * rotation's).
  * Wait until the ones before this tile in it are done (the tile's counter
@@ -476,31 +481,33 @@ SDPA_DEVICE int dq_rank(const Work &w, int it) {
  * bulk reduce-add per 16-row block inside the sequence; hand the staging
  * back once read (dq_empty); wait for the adds to be complete (not only
  * read), then pass the turn on. The consumers run on meanwhile. */
-SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base) {
+SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, int buf) {
   const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
   float *const dq_tile0 = p.dq_accum + dq_block_base(p, w.b, w.q0) * blk_elems;
+  const u32 staged = base + SMEM_DQ + buf * (HOP_M * D * 4);
   int h = w.h_first, it = w.it_first;
+  if (buf) advance_step(w, it, h);
 #pragma unroll 1
-  for (int st = 0; st < w.steps; ++st) {
+  for (int st = buf; st < w.steps; st += DQ_BUFFERS) {
     const int i0 = it * HOP_M;
     int *const sem = q_tile_counter(p, h, w.b, it);
     const int kv_rank = dq_rank(w, it);
     dq_turn_wait(sem, kv_rank);
-    mbar_wait(base + BAR_DQ_FULL, st & 1);
+    mbar_wait(base + BAR_DQ_FULL(buf), (st / DQ_BUFFERS) & 1);
     fence_proxy_async_global(); /* the adds after the counter's acquire */
     float *const dqa = dq_tile0 + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
 #pragma unroll 1
     for (int rb = 0; rb < HOP_M / 16; ++rb)
       if (SDPA_EVEN || i0 + 16 * rb < w.sq)
-        bulk_reduce_add_f32(dqa + rb * blk_elems, base + SMEM_DQ + rb * (D * 16 * 4),
-                            D * 16 * 4);
+        bulk_reduce_add_f32(dqa + rb * blk_elems, staged + rb * (D * 16 * 4), D * 16 * 4);
     bulk_wait_read();
-    mbar_arrive(base + BAR_DQ_EMPTY);
+    mbar_arrive(base + BAR_DQ_EMPTY(buf));
     bulk_wait_all();
     fence_proxy_async_global();
     __threadfence();
     dq_turn_pass(sem, kv_rank + 1);
-    advance_step(w, it, h);
+#pragma unroll 1
+    for (int k = 0; k < DQ_BUFFERS; ++k) advance_step(w, it, h);
   }
 }
 
@@ -727,8 +734,8 @@ SDPA_DEVICE void dq_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off, int 
  * dq_send: the staged slice made visible to the bulk-copy unit and added
  * to that target by one bulk reduce-add, or (deterministic) handed to the
  * dQ writer (write_dq), which adds the tiles in kv-tile order. */
-SDPA_DEVICE u32 dq_slice(u32 base, int rb, int d_off) {
-  return base + SMEM_DQ + (rb * D * 16 + (d_off / 8) * 128) * 4;
+SDPA_DEVICE u32 dq_slice(u32 base, int st, int rb, int d_off) {
+  return base + SMEM_DQ + ((st % DQ_BUFFERS) * HOP_M * D + rb * D * 16 + (d_off / 8) * 128) * 4;
 }
 
 template <int NQ>
@@ -739,7 +746,8 @@ SDPA_DEVICE float *dq_stage(const Work &w, u32 base, int st, int i0, int h, int 
   float *const dqa = dq_first + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
 #if SDPA_DETERMINISTIC
   (void)w;
-  if (st > 0) mbar_wait(base + BAR_DQ_EMPTY, (st - 1) & 1);
+  /* the writer has read this buffer's previous step (st - DQ_BUFFERS) */
+  if (st >= DQ_BUFFERS) mbar_wait(base + BAR_DQ_EMPTY(st % DQ_BUFFERS), (st / DQ_BUFFERS - 1) & 1);
 #else
   (void)st;
   if (!SDPA_EVEN && i0 + 16 * rb >= w.sq) return nullptr;
@@ -749,7 +757,7 @@ SDPA_DEVICE float *dq_stage(const Work &w, u32 base, int st, int i0, int h, int 
   if (SDPA_HOPPER_ABLATE != 4) bulk_wait_read(); /* the unit has read the previous step's slice */
   __syncwarp();
 #endif
-  const u32 slice = dq_slice(base, rb, d_off);
+  const u32 slice = dq_slice(base, st, rb, d_off);
 #pragma unroll
   for (int j = 0; j < NQ / 8; ++j)
     st_shared_v4(slice + j * 512 + lane * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
@@ -766,20 +774,20 @@ SDPA_DEVICE float *dq_stage(const Work &w, u32 base, int st, int i0, int h, int 
 }
 
 template <int NQ>
-SDPA_DEVICE void dq_send(u32 base, int rb, int d_off, float *const dqa) {
+SDPA_DEVICE void dq_send(u32 base, int st, int rb, int d_off, float *const dqa) {
 #if SDPA_HOPPER_DQ_BULK && SDPA_DETERMINISTIC
   (void)rb, (void)d_off, (void)dqa;
   fence_proxy_async();
-  mbar_arrive(base + BAR_DQ_FULL);
+  mbar_arrive(base + BAR_DQ_FULL(st % DQ_BUFFERS));
 #elif SDPA_HOPPER_DQ_BULK
   if (!dqa || SDPA_HOPPER_ABLATE == 3) return;
   fence_proxy_async();
   __syncwarp();
   if ((threadIdx.x & 31) == 0) {
     if (SDPA_HOPPER_ABLATE == 5)
-      bulk_store(dqa, dq_slice(base, rb, d_off), NQ * 16 * 4);
+      bulk_store(dqa, dq_slice(base, st, rb, d_off), NQ * 16 * 4);
     else
-      bulk_reduce_add_f32(dqa, dq_slice(base, rb, d_off), NQ * 16 * 4);
+      bulk_reduce_add_f32(dqa, dq_slice(base, st, rb, d_off), NQ * 16 * 4);
   }
 #else
   (void)base, (void)rb, (void)d_off, (void)dqa; /* reduced by dq_stage */
@@ -789,7 +797,8 @@ SDPA_DEVICE void dq_send(u32 base, int rb, int d_off, float *const dqa) {
 template <int NQ>
 SDPA_DEVICE void dq_out(const Work &w, u32 base, int st, int i0, int h, int rb, int d_off,
                         const float (&dq)[NQ / 2], float *const dq_first, sdpa_i64 blk_elems) {
-  dq_send<NQ>(base, rb, d_off, dq_stage<NQ>(w, base, st, i0, h, rb, d_off, dq, dq_first, blk_elems));
+  dq_send<NQ>(base, st, rb, d_off,
+              dq_stage<NQ>(w, base, st, i0, h, rb, d_off, dq, dq_first, blk_elems));
 }
 
 #if !HOP_WIDE
@@ -855,7 +864,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     float s[HOP_M / 2], dp[HOP_M / 2];
     issue_rows<D_STEPS>(s, s_kr, s_q);
     if (DQ_OUT && st > 0)
-      dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
+      dq_send<NQ>(base, st - 1, q_off / 16 + wi, d_off, dq_target);
     if (st == 0) mbar_wait(base + BAR_V, 0);
     issue_rows<DV_STEPS>(dp, s_vr, s_do);
 
@@ -958,7 +967,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   }
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(4, trace_clock());
   if (DQ_OUT && w.steps > 0)
-    dq_send<NQ>(base, q_off / 16 + wi, d_off, dq_target);
+    dq_send<NQ>(base, w.steps - 1, q_off / 16 + wi, d_off, dq_target);
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
   finish_consumer<D, DV>(p, w, base, acc_dk, acc_dv, row0, 0, 0);
 }
@@ -1040,8 +1049,10 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
     }
     mbar_init(base + BAR_K, 1);
     mbar_init(base + BAR_V, 1);
-    mbar_init(base + BAR_DQ_FULL, CONSUMER_THREADS);
-    mbar_init(base + BAR_DQ_EMPTY, 1);
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(base + BAR_DQ_FULL(b), CONSUMER_THREADS);
+      mbar_init(base + BAR_DQ_EMPTY(b), 1);
+    }
     mbar_init(base + BAR_HALVES(0), CONSUMER_THREADS);
     mbar_init(base + BAR_HALVES(1), CONSUMER_THREADS);
     mbar_init_fence();
@@ -1061,8 +1072,8 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
       }
     } else if (warp == 1 || warp == 2) {
       produce_rows(p, *(const Work *)(smem + SMEM_WORK), base, smem);
-    } else if (SDPA_DETERMINISTIC && (threadIdx.x & 31) == 0) {
-      write_dq(p, *(const Work *)(smem + SMEM_WORK), base);
+    } else if (SDPA_DETERMINISTIC && (threadIdx.x & 31) < DQ_BUFFERS) {
+      write_dq(p, *(const Work *)(smem + SMEM_WORK), base, threadIdx.x & 31);
     }
   } else {
     setmaxnreg_inc<SDPA_HOPPER_CONSUMER_REGS>();

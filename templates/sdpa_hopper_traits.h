@@ -14,7 +14,7 @@
  *          kv_tile) * batch (THD: seqlen_kv is the max_s hint),
  *          y = heads_kv
  *   block  sdpa_hopper_threads(c) = 384
- *   dynamic shared memory sdpa_hopper_smem_layout(c).total (set
+ *   dynamic shared memory sdpa_hopper_smem_layout(c, det).total (set
  *          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it: it is
  *          over 48 KiB)
  *   params (sdpa_kernel_params p, sdpa_tensor_maps maps), p filled as for
@@ -127,15 +127,16 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_tile_bytes(int rows, int cols) {
  *   P  [2][N x M]  the same for P^T (the wide kernel's; empty otherwise)
  *   lse2 [stages][M] fp32: LSE * log2 e, +inf for rows past the sequence
  *        or with no visible key; delta [stages][M] fp32 (0 past it)
- *   bar  mbarriers: full[stages], empty[stages], kv, dq_full, dq_empty,
- *        halves[2] (8 bytes each)
+ *   bar  mbarriers: full[stages], empty[stages], kv, dq_full[2],
+ *        dq_empty[2], halves[2], v (8 bytes each)
  *   work the block's coordinates (SDPA_HOPPER_WORK_BYTES), written once
  *        and read by the consumers where needed, so that they stay out
  *        of the registers across the main loop
- *   dq   [q_tile / 16][16 x head_dim] fp32, each 16-row block in
- *        dq_accum's fragment order: the staging of the bulk reduce-adds
- *        of dQ (dq_bulk, the kernel's SDPA_HOPPER_DQ_BULK; empty with dQ
- *        reduced from registers)
+ *   dq   [dq_buffers][q_tile / 16][16 x head_dim] fp32, each 16-row
+ *        block in dq_accum's fragment order: the staging of the bulk
+ *        reduce-adds of dQ (dq_bulk, the kernel's SDPA_HOPPER_DQ_BULK;
+ *        empty with dQ reduced from registers), one step's per buffer
+ *        (sdpa_hopper_dq_buffers)
  * `carve` is where they end; `total`, the dynamic shared memory to launch
  * with, adds 1024 bytes for the alignment of the base. */
 typedef struct sdpa_hopper_smem {
@@ -168,11 +169,12 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_dq_cols(sdpa_hopper_config c, int consumer) {
  * by bench_hopper --trace). */
 #define SDPA_HOPPER_TRACE_SLOTS 10
 /* The kernel's mbarriers (sdpa_hopper.cuh, BAR_*): full and empty per
- * stage, then k, dq_full, dq_empty, halves[2], v. */
-#define SDPA_HOPPER_BARRIERS(stages) (2 * (stages) + 6)
+ * stage, then k, dq_full[2], dq_empty[2], halves[2], v. */
+#define SDPA_HOPPER_BARRIERS(stages) (2 * (stages) + 8)
 
 SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_config c,
-                                                                  int dq_bulk) {
+                                                                  int dq_bulk,
+                                                                  int dq_buffers) {
   sdpa_hopper_smem s = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   s.k = 0;
   s.v = s.k + sdpa_hopper_tile_bytes(c.kv_tile, c.head_dim);
@@ -186,7 +188,7 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
   s.work = (s.bar + 8 * SDPA_HOPPER_BARRIERS(c.stages) + 15) / 16 * 16;
   s.dq = s.work + SDPA_HOPPER_WORK_BYTES;
   if (dq_bulk) s.dq = (s.dq + 127) / 128 * 128;
-  s.carve = s.dq + (dq_bulk ? c.q_tile * c.head_dim * 4 : 0);
+  s.carve = s.dq + (dq_bulk ? dq_buffers * c.q_tile * c.head_dim * 4 : 0);
   s.total = s.carve + 1024;
   return s;
 }
@@ -198,9 +200,24 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
  * expression (the kernel tests it with #if). */
 #define SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim) ((head_dim) > SDPA_HOPPER_STAGING_MAX ? 0 : 1)
 
+/* The dQ staging buffers of a kernel that stages dQ (dq_bulk): 2 for
+ * deterministic ones where the second fits sm_90's 227 KiB (not the wide
+ * kernel's), each with a writer thread of its own (sdpa_hopper.cuh,
+ * write_dq): one buffer's adds wait for their turn and their completion
+ * while the consumers fill the other; else 1. */
+SDPA_HOPPER_TRAIT int sdpa_hopper_dq_buffers(sdpa_hopper_config c, int dq_bulk,
+                                             int deterministic) {
+  return dq_bulk && deterministic && !sdpa_hopper_wide(c.head_dim) &&
+                 sdpa_hopper_smem_layout_variant(c, dq_bulk, 2).total <= 232448
+             ? 2
+             : 1;
+}
+
 /* The default kernel's carve (what the runtime launches). */
-SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c) {
-  return sdpa_hopper_smem_layout_variant(c, SDPA_HOPPER_DQ_BULK_DEFAULT(c.head_dim));
+SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c,
+                                                           int deterministic) {
+  const int bulk = SDPA_HOPPER_DQ_BULK_DEFAULT(c.head_dim);
+  return sdpa_hopper_smem_layout_variant(c, bulk, sdpa_hopper_dq_buffers(c, bulk, deterministic));
 }
 
 /* Blocks in x: one per kv tile of each sequence. */
