@@ -365,7 +365,9 @@ typedef struct sdpa_bwd_plan_options {
   /* SDPA_JIT_GRAPHS (1, 0): execute through CUDA graphs. */
   sdpa_switch graphs;
   /* SDPA_JIT_ORDER_GROUP: (sequence, kv head) pairs one group of the
-   * masked launch order spans; 0: about 256 blocks' worth. */
+   * masked launch order spans; 0: about 256 blocks' worth (deterministic
+   * plans whose dQ adds go in index order: every pair). Any count is
+   * correct; it changes the speed only. */
   int order_group;
   /* SDPA_JIT_CONFIG_ARCH (testing): pick tiles as for this arch's shared
    * memory (at most the target's) while compiling for the target. */
