@@ -495,7 +495,7 @@ static int launch_order_group(const sdpa_bwd_desc *d, const sdpa_key_fields *c,
   const int64_t pairs = (int64_t)d->batch * d->heads_kv;
   const int index_order =
       d->deterministic && !(c->family == SDPA_FAMILY_HOPPER &&
-                            sdpa_hopper_dq_descends(1, (int)d->mask, d->window_right,
+                            sdpa_hopper_dq_descends((int)d->mask, d->window_right,
                                                     d->heads_q / d->heads_kv));
   int64_t group = index_order ? pairs : (ORDER_GROUP_BLOCKS + kv_tiles - 1) / kv_tiles;
   if (o->order_group > 0) group = o->order_group;

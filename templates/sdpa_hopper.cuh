@@ -203,9 +203,8 @@ static_assert(128 * SDPA_HOPPER_PRODUCER_REGS +
 struct Work {
   int b, hk, sq, skv, k0, kv_valid, it_lo, it_hi, it_first, steps, h_first;
   /* deterministic: whether the adds' order follows the rotation, and
-   * dq_rank's constants: K / T, K % T, j % T, j / T; whether it is
-   * descending (dq_rank) */
-  int rotate, rot_q, rot_r, rot_jm, rot_jd, descend;
+   * dq_rank's constants: K / T, K % T, j % T, j / T */
+  int rotate, rot_q, rot_r, rot_jm, rot_jd;
   sdpa_i64 q0, kv0;
   Band band;
 };
@@ -260,6 +259,9 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
 #define BAR_HALVES(b) (BAR_K + 40 + 8 * (b))
 #define BAR_V (BAR_K + 56)
 static_assert(BAR_V + 8 == SMEM_BAR + 8 * SDPA_HOPPER_BARRIERS(HOP_STAGES), "the barriers' region");
+
+/* dQ staging buffer b of DQ_BUFFERS: a step's [HOP_M / 16][16 x D] fp32 */
+SDPA_DEVICE u32 dq_buffer(u32 base, int b) { return base + SMEM_DQ + b * (HOP_M * D * 4); }
 /* Arrivals that complete a phase: full = the TMA thread (with its bytes)
  * + the ROW_THREADS threads of the LSE/Delta rows; empty and dq_full =
  * every consumer thread; dq_empty = the dQ writer. */
@@ -292,7 +294,7 @@ static_assert(DQ_SPLIT_M || sdpa_hopper_dq_col0(HOP_CFG, 1) % 64 == 0,
  * sdpa_hopper_traits.h) */
 #define HOP_ROTATE (SDPA_DETERMINISTIC && SDPA_MASK == 0)
 #define HOP_DESCENDS(p)                                                       \
-  (SDPA_DETERMINISTIC && sdpa_hopper_dq_descends(1, SDPA_MASK, (p).window_right, (p).group))
+  (SDPA_DETERMINISTIC && sdpa_hopper_dq_descends(SDPA_MASK, (p).window_right, (p).group))
 
 /* The block's kv tile j, sequence b, kv head hk; the mma family's order
  * (sdpa_bwd.cuh, decode_block): no mask: x = b * kv_tiles + j; masked:
@@ -438,7 +440,7 @@ SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 ba
 
 /* The rank of this block's adds into query tile `it` (deterministic
  * plans): index order, kv tile j after the tiles from band_first_kv_tile
- * on, or (main's w.descend, w.rotate):
+ * on, or (HOP_DESCENDS, main's w.rotate):
  *
  * Descending (a mask with a right bound, HOP_DESCENDS): kv tile j after
  * the tiles above it up to band_last_kv_tile. Kv tile j + 1 starts
@@ -457,9 +459,9 @@ SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 ba
  * i .. i + r - 1 mod T once more), those below a = (i + j) mod T, plus
  * the j / T earlier ones equal to a (the divisions made once, in main:
  * the writer runs on the producer's few registers). */
-SDPA_DEVICE int dq_rank(const Work &w, int it) {
+SDPA_DEVICE int dq_rank(const sdpa_kernel_params &p, const Work &w, int it) {
   const int i0 = it * HOP_M;
-  if (SDPA_DETERMINISTIC && SDPA_MASK != 0 && w.descend)
+  if (SDPA_MASK != 0 && HOP_DESCENDS(p))
     return band_last_kv_tile(w.band, min(w.sq - 1, i0 + HOP_M - 1), w.skv, HOP_N) -
            w.k0 / HOP_N;
   if (!HOP_ROTATE || !w.rotate) return w.k0 / HOP_N - band_first_kv_tile(w.band, i0, HOP_N);
@@ -484,14 +486,14 @@ SDPA_DEVICE int dq_rank(const Work &w, int it) {
 SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, int buf) {
   const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
   float *const dq_tile0 = p.dq_accum + dq_block_base(p, w.b, w.q0) * blk_elems;
-  const u32 staged = base + SMEM_DQ + buf * (HOP_M * D * 4);
+  const u32 staged = dq_buffer(base, buf);
   int h = w.h_first, it = w.it_first;
   if (buf) advance_step(w, it, h);
 #pragma unroll 1
   for (int st = buf; st < w.steps; st += DQ_BUFFERS) {
     const int i0 = it * HOP_M;
     int *const sem = q_tile_counter(p, h, w.b, it);
-    const int kv_rank = dq_rank(w, it);
+    const int kv_rank = dq_rank(p, w, it);
     dq_turn_wait(sem, kv_rank);
     mbar_wait(base + BAR_DQ_FULL(buf), (st / DQ_BUFFERS) & 1);
     fence_proxy_async_global(); /* the adds after the counter's acquire */
@@ -735,7 +737,7 @@ SDPA_DEVICE void dq_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off, int 
  * to that target by one bulk reduce-add, or (deterministic) handed to the
  * dQ writer (write_dq), which adds the tiles in kv-tile order. */
 SDPA_DEVICE u32 dq_slice(u32 base, int st, int rb, int d_off) {
-  return base + SMEM_DQ + ((st % DQ_BUFFERS) * HOP_M * D + rb * D * 16 + (d_off / 8) * 128) * 4;
+  return dq_buffer(base, st % DQ_BUFFERS) + (rb * D * 16 + (d_off / 8) * 128) * 4;
 }
 
 template <int NQ>
@@ -1024,7 +1026,6 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
    * so that the earlier ones cannot hold every SM while they wait (launch
    * in index order, as the index order assumes). */
   w.rotate = w.rot_q = w.rot_r = w.rot_jm = w.rot_jd = 0;
-  w.descend = HOP_DESCENDS(p);
 #if HOP_ROTATE
   if ((p.seqlen_kv + HOP_N - 1) / HOP_N <= p.sm_count && w.it_hi >= w.it_lo) {
     const int T = w.it_hi - w.it_lo + 1, K = (w.skv + HOP_N - 1) / HOP_N;

@@ -84,10 +84,8 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_deterministic_supported(int head_dim) {
  * heaviest blocks launched last make a tail as long (measured: GQA 64/8
  * S 4k causal 8-21% slower than index order, bench/HOPPER-NOTES.md).
  * Otherwise index order, heaviest first. */
-SDPA_HOPPER_TRAIT int sdpa_hopper_dq_descends(int deterministic, int mask, int window_right,
-                                              int group) {
-  return deterministic && group == 1 &&
-         (mask == 1 || mask == 2 || (mask == 3 && window_right >= 0));
+SDPA_HOPPER_TRAIT int sdpa_hopper_dq_descends(int mask, int window_right, int group) {
+  return group == 1 && (mask == 1 || mask == 2 || (mask == 3 && window_right >= 0));
 }
 
 /* The configuration for a key: q tile 128 up to head_dim 64 (the S^T and
