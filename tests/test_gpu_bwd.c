@@ -841,6 +841,11 @@ static const case_spec deterministic_specs[] = {
      * query tiles (the rotation's ties), causal over many tiles and a
      * window open to the right (the kv-tile order) */
     BSHD_CASE("det_short_q_long_kv", 1, 2, 2, 130, 900, 128, 0, NONE, 0, 0, 0, PACKED, LP, 1),
+    /* at most half as many kv tiles as query tiles: the rotation's
+     * stride, exact (GQA) and with a wrap that breaks the steps' order */
+    BSHD_CASE("det_rotation_stride_2", 1, 4, 2, 384, 384, 96, 0, NONE, 0, 0, 0, PACKED, LP, 1),
+    BSHD_CASE("det_rotation_stride_wrap", 1, 2, 2, 1100, 300, 128, 0, NONE, 0, 0, 0, PACKED, LP,
+              1),
     BSHD_CASE("det_causal_tl_hd128", 1, 2, 2, 700, 700, 128, 0, TL, 0, 0, 0, PACKED, LP, 1),
     BSHD_CASE("det_window_64_open", 1, 2, 1, 400, 400, 128, 0, WIN, 64, -1, 0, PACKED, LP, 1),
     /* no mask, more kv tiles than an H200 has SMs (132 at 128 keys): the
