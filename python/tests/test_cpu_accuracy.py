@@ -210,7 +210,8 @@ def test_reports_list_buckets_worst_cases_failures_and_unsupported(tmp_path):
     table = accuracy.summary_table(results)
     assert table.splitlines()[0] == \
         "accuracy: 7 cases: 5 ran (3 against flash), 1 unsupported, 2 failed, 1 errors"
-    assert len(table.splitlines()) == 2 + 3
+    assert len(table.splitlines()) == 2 + 3 + 1
+    assert table.splitlines()[-1] == "given ref32's O and LSE instead of flash's: not measured"
     assert accuracy.failure_message([_result("#000 a", "pass")]) == ""
 
 
@@ -420,3 +421,39 @@ def test_pipeline_fails_a_wrong_or_unwritten_element_naming_the_gradient():
     assert message.startswith("2 of 3 cases failed")
     assert f"{SMALL[0].name} dk: ours" in message and f"{SMALL[6].name} dv: ours inf" in message
     assert SMALL[3].name not in message
+
+
+@needs_torch
+def test_against_flash_ours_is_judged_given_flashs_own_output(monkeypatch):
+    """Where flash runs, the backward under test gets the O and LSE flash's
+    own backward read (its forward's), and is judged on that; the run given
+    ref32's is recorded beside it. A stand-in flash (attention in the
+    dtype) on the CPU: its O differs from ref32's rounded one."""
+    monkeypatch.setattr(accuracy, "flash_attend", accuracy.attend)
+    given = []
+
+    def recording(case, inputs, out, lse):
+        given.append((out.clone(), lse.clone()))
+        return _emulated_kernel(case, inputs, out, lse)
+
+    for case in (SMALL[0], SMALL[8]):  # BSHD causal, THD
+        given.clear()
+        r = accuracy.run_case(case, recording, "cpu")
+        assert r["flash"] == "ran" and r["o_given"] == "flash with its LSE", r["flash"]
+        dtype = accuracy.torch_dtype(case.dtype)
+        out32, lse32, ref = accuracy.gradients(case, accuracy.make_inputs(case, "cpu"), accuracy.attend,
+                                               torch.float32, want_lse=True)
+        out_fl, lse_fl, _ = accuracy.gradients(case, accuracy.make_inputs(case, "cpu"), accuracy.attend, dtype,
+                                               want_lse=True)
+        assert len(given) == 2
+        assert torch.equal(given[0][0], out32.to(dtype)) and torch.equal(given[0][1], lse32)
+        assert torch.equal(given[1][0], out_fl) and torch.equal(given[1][1], lse_fl)
+        assert not torch.equal(given[0][0], given[1][0])  # the two O really differ
+        judged = _emulated_kernel(case, accuracy.make_inputs(case, "cpu"), out_fl, lse_fl)
+        kept = _emulated_kernel(case, accuracy.make_inputs(case, "cpu"), out32.to(dtype), lse32)
+        for i, g in enumerate(accuracy.GRADS):
+            m = r["grads"][g]
+            assert m["ours"] == accuracy.max_error(judged[i], ref[i])
+            assert m["ours_ref32_o"] == accuracy.max_error(kept[i], ref[i])
+            assert m["rms"]["ours"] == accuracy.rms_error(judged[i], ref[i]) and m["rms"]["flash"] is not None
+    assert "given ref32's O and LSE instead of flash's (not judged)" in accuracy.summary_table([r])
