@@ -40,6 +40,8 @@
  *   --define TEXT     add "#define TEXT" to every translation unit
  *                     (variants: e.g. SDPA_HOPPER_PRODUCER_REGS=40)
  *   --runs N          timed runs per case (default 20)
+ *   --order-group N   (sequence, kv head) pairs per group of the masked
+ *                     launch order (default: the plan's rule, 256 blocks)
  *   --seed N          the check data's seed (default: from the clock)
  *   --cubin-dir DIR   write each compiled key's cubin and PTX to DIR (for
  *                     cuobjdump, and the lines ptxas messages cite)
@@ -92,6 +94,7 @@ static sdpa_runtime *runtime;
 static const char *extra_defines[MAX_DEFINES];
 static const char *cubin_dir; /* --cubin-dir: each key's cubin is written there */
 static int extra_define_count;
+static int order_group_given; /* --order-group; 0: the plan's rule */
 static const char *trace_dir; /* --trace: each timed case's block stamps go there */
 #define TRACE_BLOCKS 16384
 #define TRACE_SLOTS SDPA_HOPPER_TRACE_SLOTS
@@ -527,7 +530,7 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
   p->window_right = c->mask == SDPA_MASK_SLIDING_WINDOW ? c->window_right : -1;
   const int64_t kv_tiles = (c->seqlen_kv + cfg.kv_tile - 1) / cfg.kv_tile;
   const int64_t pairs = (int64_t)c->batch * c->heads_kv;
-  int64_t group = (256 + kv_tiles - 1) / kv_tiles;
+  int64_t group = order_group_given > 0 ? order_group_given : (256 + kv_tiles - 1) / kv_tiles;
   p->order_group = (int)(group < pairs ? group : pairs);
   p->scale = (float)(1.0 / sqrt((double)c->head_dim));
   p->scale_log2 = p->scale * (float)LOG2E;
@@ -1304,6 +1307,7 @@ static int compile_all_classes(const char *const *filters, int filter_count) {
 static void usage(void) {
   printf("usage: bench_hopper [--compile-only] [--quick] [--checks|--timed] [--case SUBSTR]...\n"
          "                    [--no-twin] [--define NAME=VALUE]... [--runs N] [--seed N]\n"
+         "                    [--order-group N]\n"
          "                    [--cubin-dir DIR] [--trace DIR]\n");
 }
 
@@ -1322,6 +1326,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--define") && i + 1 < argc && extra_define_count < MAX_DEFINES)
       extra_defines[extra_define_count++] = argv[++i];
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--order-group") && i + 1 < argc) order_group_given = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) base_seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--cubin-dir") && i + 1 < argc) cubin_dir = argv[++i];
     else if (!strcmp(argv[i], "--trace") && i + 1 < argc && extra_define_count < MAX_DEFINES) {
