@@ -6,7 +6,9 @@ ctypes (through the Python package's mirror of include/sdpa_jit.h), makes
 the tensors with torch, runs torch.nn.functional.scaled_dot_product_attention
 forward with requires_grad under the FLASH_ATTENTION and CUDNN_ATTENTION
 backends, and times the backward of each backend and of sdpa-jit with
-torch.cuda.Event (median of >= 20 runs after warm-up). sdpa-jit gets
+torch.cuda.Event (median of >= 20 runs after warm-up, in --rounds rounds
+that take the backends in turn, each round starting with the next one;
+the median of the rounds' medians). sdpa-jit gets
 PyTorch's own tensors (data_ptr() and their strides: torch's [B, H, S, D]
 is just another set of BSHD strides), the LSE computed in torch (fp32,
 chunked logsumexp of the scaled scores), flash's O, and PyTorch's current
@@ -35,7 +37,14 @@ backward the host-side dispatch of either would be what is timed.
 
   python3 bench/compare_torch.py --lib build/libsdpa_jit.so [--quick | --small]
       [--dtype bf16|fp16] [--hd D[,D...]] [--more-head-dims] [--seq S] [--memory bhsd|bshd]
-      [--graph] [--runs N] [--csv FILE]
+      [--graph] [--runs N] [--rounds R] [--csv FILE]
+
+Why rounds: the H200 runs these backwards at its power limit (~690 W,
+SM clock 1.74-1.80 GHz), and a backend timed in a burst of ~60 ms right
+after an idle gap runs at a higher clock than the one timed after it
+(measured: hd 128 S4k full, 2.5 s loops of each, ours 519 against cuDNN's
+506 TFLOP/s; one burst each in the fixed order flash, cuDNN, ours: 520
+against 545). Taking the backends in turn removes the order's bias.
 """
 import argparse
 import ctypes
@@ -144,6 +153,18 @@ def time_cuda(fn, runs, warmup=3):
         ends[i].record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def time_rounds(fns, runs, timer, rounds):
+    """Median over `rounds` of each fn's timer(fn, runs) (ms), the fns
+    (a dict name -> fn) taken in turn, round r starting with the r-th."""
+    names = list(fns)
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        for i in range(len(names)):
+            n = names[(r + i) % len(names)]
+            times[n].append(timer(fns[n], runs))
+    return {n: statistics.median(t) for n, t in times.items()}
 
 
 def time_graph(fn, runs, per=10):
@@ -273,7 +294,7 @@ def _ours(jit, runtime, desc, q, k, v, o, dout, lse, dq, dk, dv, cu, total_q, to
     return execute, dq, dk, dv
 
 
-def run_bshd(jit, runtime, c, runs, memory, timer):
+def run_bshd(jit, runtime, c, runs, memory, timer, rounds):
     import torch
     from torch.nn.attention import SDPBackend
     dtype = torch.bfloat16 if c["dtype"] == "bf16" else torch.float16
@@ -294,10 +315,11 @@ def run_bshd(jit, runtime, c, runs, memory, timer):
     dout = randn(h, dv_)
     row = {"flash": None, "cudnn": None, "ours": None, "check": "", "note": ""}
     ref_grads, o = None, None  # flash's, else cuDNN's
+    fns = {}
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
             backward, out, grads, expanded = torch_backend_bshd(backend, q, k, v, dout, c["causal"])
-            row[name] = timer(backward, runs)
+            fns[name] = backward
             if expanded:
                 row["note"] += f"{name}* "
             if ref_grads is None:
@@ -317,15 +339,16 @@ def run_bshd(jit, runtime, c, runs, memory, timer):
         execute, dq, dk, dv = ours_bshd(jit, runtime, c, q.detach(), k.detach(), v.detach(), o,
                                         dout, lse, c["causal"])
         row["family"] = jit.family(execute.keep[0])
-        row["ours"] = timer(execute, runs)
         if ref_grads is not None:
             errs = [rel_err(x, r) for x, r in zip((dq, dk, dv), ref_grads)]
             row["errs"] = errs
             row["ok"] = all(e <= c["tol"] for e in errs)
+    fns["ours"] = execute
+    row.update(time_rounds(fns, runs, timer, rounds))
     return row
 
 
-def run_thd(jit, runtime, c, runs, timer):
+def run_thd(jit, runtime, c, runs, timer, rounds):
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -346,6 +369,7 @@ def run_thd(jit, runtime, c, runs, timer):
     row = {"flash": None, "cudnn": None, "ours": None, "check": "",
            "note": "torch on nested jagged tensors; cudnn: no nested path"}
     ref_grads, o = None, None
+    fns = {}
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION),):
         try:
             nest = [torch.nested.nested_tensor_from_jagged(x, offsets).transpose(1, 2) for x in (q, k, v)]
@@ -357,7 +381,7 @@ def run_thd(jit, runtime, c, runs, timer):
                 return torch.autograd.grad(out_values, (q, k, v), dout, retain_graph=True)
 
             grads = backward()
-            row[name] = timer(backward, runs)
+            fns[name] = backward
             ref_grads, o = grads, out_values.detach().contiguous()
             row["ref"] = name
             del out, out_values, grads, backward
@@ -394,11 +418,12 @@ def run_thd(jit, runtime, c, runs, timer):
         execute, dq, dk, dv = _ours(jit, runtime, desc, qd, kd, vd, o, dout, lse, dq, dk, dv,
                                     cu, total, total)
         row["family"] = jit.family(execute.keep[0])
-        row["ours"] = timer(execute, runs)
         if ref_grads is not None:
             errs = [rel_err(x, r) for x, r in zip((dq, dk, dv), ref_grads)]
             row["errs"] = errs
             row["ok"] = all(e <= c["tol"] for e in errs)
+    fns["ours"] = execute
+    row.update(time_rounds(fns, runs, timer, rounds))
     return row
 
 
@@ -487,6 +512,8 @@ def main():
     ap.add_argument("--graph", action="store_true",
                     help="time each backward captured in a CUDA graph (the default with --small)")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of timing, the backends taken in turn (median of the rounds)")
     ap.add_argument("--csv")
     args = ap.parse_args()
     runs = max(20, args.runs)
@@ -523,8 +550,8 @@ def main():
     failures = 0
     for c in grid(args):
         try:
-            row = (run_thd(jit, runtime, c, runs, timer) if c["layout"] == "thd"
-                   else run_bshd(jit, runtime, c, runs, args.memory, timer))
+            row = (run_thd(jit, runtime, c, runs, timer, max(1, args.rounds)) if c["layout"] == "thd"
+                   else run_bshd(jit, runtime, c, runs, args.memory, timer, max(1, args.rounds)))
         except RuntimeError as e:
             failures += 1
             print(f"{c['name']:<30} FAILED: {str(e).splitlines()[0]}")
