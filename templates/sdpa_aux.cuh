@@ -123,9 +123,32 @@ SDPA_DEVICE void store_dq_piece(u16 *dq, sdpa_i64 dq_seq, int r0, int piece, int
   }
 }
 
+#if __CUDA_ARCH__ >= 900
+/* Rows rr and rr + 8 of a 16-row block, columns 8 pc .. 8 pc + 7, from
+ * the 64 contiguous bytes that fragment lanes 4 rr .. 4 rr + 3 of piece pc
+ * hold (lane 4 rr + c: row rr, columns 2c and 2c + 1, then row rr + 8,
+ * the same columns), each row as one 16-byte store. */
+SDPA_DEVICE void store_dq_rows(u16 *dq, sdpa_i64 dq_seq, int r0, int rr, int pc,
+                               const float *piece, int sq, float scale) {
+  const float4 *f = (const float4 *)(piece + rr * 16);
+  const float4 a = f[0], b = f[1], c = f[2], d = f[3];
+  if (r0 + rr < sq)
+    *(uint4 *)(dq + (sdpa_i64)(r0 + rr) * dq_seq + pc * 8) =
+        make_uint4(pack2<DT>(a.x * scale, a.y * scale), pack2<DT>(b.x * scale, b.y * scale),
+                   pack2<DT>(c.x * scale, c.y * scale), pack2<DT>(d.x * scale, d.y * scale));
+  if (r0 + rr + 8 < sq)
+    *(uint4 *)(dq + (sdpa_i64)(r0 + rr + 8) * dq_seq + pc * 8) =
+        make_uint4(pack2<DT>(a.z * scale, a.w * scale), pack2<DT>(b.z * scale, b.w * scale),
+                   pack2<DT>(c.z * scale, c.w * scale), pack2<DT>(d.z * scale, d.w * scale));
+}
+#endif
+
 /* One CTA per (16-row block of a sequence, head), grid.x = q_blocks *
  * batch * heads_q: dq = dtype(dQacc * scale), reading the block's
- * fragment-ordered pieces (one 16 x 8 piece per 32 threads). */
+ * fragment-ordered pieces. sm_90: where dQ's rows are 16-byte aligned,
+ * a thread a pair of rows of one piece (store_dq_rows: 64 bytes read, two
+ * 16-byte stores; consecutive threads on consecutive pieces of a row);
+ * else one 16 x 8 piece per 32 threads, a 4-byte store each. */
 extern "C" __global__ void __launch_bounds__(SDPA_AUX_THREADS)
 sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
   sdpa_i64 x = blockIdx.x;
@@ -143,6 +166,14 @@ sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
   u16 *dq = (u16 *)p.dq + (sdpa_i64)b * p.dq_batch + (sdpa_i64)h * p.dq_head;
 #else
   u16 *dq = (u16 *)p.dq + q0 * p.dq_seq + (sdpa_i64)h * p.dq_head;
+#endif
+#if __CUDA_ARCH__ >= 900
+  if (((unsigned long long)dq & 15) == 0 && (p.dq_seq & 7) == 0) {
+    for (int i = threadIdx.x; i < D; i += blockDim.x) /* 8 row pairs x D / 8 pieces */
+      store_dq_rows(dq, p.dq_seq, r0, i / (D / 8), i % (D / 8), src + (i % (D / 8)) * 128, sq,
+                    p.scale);
+    return;
+  }
 #endif
   for (int i = threadIdx.x; i < D * 4; i += blockDim.x) {
     const int piece = i >> 5, lane = i & 31;
