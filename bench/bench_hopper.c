@@ -42,6 +42,9 @@
  *   --runs N          timed runs per case (default 20)
  *   --order-group N   (sequence, kv head) pairs per group of the masked
  *                     launch order (default: the plan's rule, 256 blocks)
+ *   --memory ORDER    bshd (default: [B, S, H, D], packed BSHD) or bhsd
+ *                     ([B, H, S, D]: the same BSHD descriptor with other
+ *                     strides) for the BSHD problems
  *   --seed N          the check data's seed (default: from the clock)
  *   --cubin-dir DIR   write each compiled key's cubin and PTX to DIR (for
  *                     cuobjdump, and the lines ptxas messages cite)
@@ -95,6 +98,7 @@ static const char *extra_defines[MAX_DEFINES];
 static const char *cubin_dir; /* --cubin-dir: each key's cubin is written there */
 static int extra_define_count;
 static int order_group_given; /* --order-group; 0: the plan's rule */
+static int memory_bhsd;       /* --memory bhsd: BSHD problems in [B, H, S, D] memory */
 static const char *trace_dir; /* --trace: each timed case's block stamps go there */
 #define TRACE_BLOCKS 16384
 #define TRACE_SLOTS SDPA_HOPPER_TRACE_SLOTS
@@ -885,8 +889,8 @@ static sdpa_status set_make(const hcase *c, tensor_set *s, CUdeviceptr cu, int i
   for (int i = 0; i < 8; i++) {
     const int kv = i == 1 || i == 2 || i == 6 || i == 7;
     const int64_t heads = kv ? c->heads_kv : c->heads_q, seqlen = kv ? c->seqlen_kv : c->seqlen_q;
-    d->strides[i].head = hd;
-    d->strides[i].seq = heads * hd;
+    d->strides[i].head = memory_bhsd && !thd ? seqlen * hd : hd;
+    d->strides[i].seq = memory_bhsd && !thd ? hd : heads * hd;
     d->strides[i].batch = thd ? 0 : seqlen * heads * hd;
   }
   d->lse_strides.seq = 1;
@@ -1095,6 +1099,11 @@ static int run_timed(hcase *c, int runs) {
     desc.max_total_q = sets[0].d.total_q;
     desc.max_total_kv = sets[0].d.total_kv;
   }
+  if (memory_bhsd && !thd) { /* the mma family on the same memory */
+    sdpa_strides *const to[8] = {&desc.q, &desc.k, &desc.v, &desc.o,
+                                 &desc.dout, &desc.dq, &desc.dk, &desc.dv};
+    for (int i = 0; i < 8; i++) *to[i] = sets[0].d.strides[i];
+  }
   if ((st = sdpa_bwd_plan_create(&mx.plan, runtime, &desc)) ||
       (st = sdpa_bwd_compile(mx.plan, NULL)))
     goto fail;
@@ -1235,17 +1244,28 @@ static void standard_cases(int quick) {
     /* the wide kernel (head dims above 128) */
     add_case("bf16 hd256 bshd causal_tl S300", B, S, SDPA_MASK_CAUSAL_TOP_LEFT, 1, 2, 2, 300, 300, 256);
     add_case("fp16 hd192 bshd none S200", F, S, SDPA_MASK_NONE, 2, 2, 1, 200, 200, 192);
+    /* above 192: dQ staged in the step's Q and dO boxes (an uneven dQ
+     * split at 200: 128 + 72 columns) */
+    add_case("fp16 hd256 bshd none S500", F, S, SDPA_MASK_NONE, 2, 2, 2, 500, 500, 256);
+    add_case("fp16 hd200 bshd causal_br 333/517", F, S, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 2, 1, 333, 517, 200);
+    c = add_case("bf16 hd256 bshd window(64,32) S500", B, S, SDPA_MASK_SLIDING_WINDOW, 1, 2, 2, 500, 500, 256);
+    c->window_left = 64, c->window_right = 32;
+    {
+      static const int lq[] = {300, 0, 512, 37, 129, 1}, lkv[] = {300, 0, 512, 37, 129, 1};
+      c = add_case("bf16 hd248 thd none mixed+empty", B, T, SDPA_MASK_NONE, 0, 4, 2, 0, 0, 248);
+      set_lens(c, 6, lq, lkv);
+    }
     c = add_case("bf16 hd64 bshd lse strided none S512", B, S, SDPA_MASK_NONE, 2, 4, 4, 512, 512, 64);
     c->lse_strided = 1;
     c = add_case("bf16 hd128 bshd lse strided causal_br S500", B, S, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 4, 4, 500, 500, 128);
     c->lse_strided = 1;
   }
   /* timed: B*S = 16k tokens, H*D = 2048 */
-  static const int lengths[] = {1024, 4096, 16384};
+  static const int lengths[] = {1024, 2048, 4096, 16384};
   for (int hi = 0; hi < 2; hi++) {
     const int hd = hi ? 128 : 64;
     for (int causal = 0; causal < 2; causal++)
-      for (int si = 0; si < 3; si++) {
+      for (int si = 0; si < 4; si++) {
         const int s = lengths[si];
         if (quick && s != 4096) continue;
         char name[96];
@@ -1267,6 +1287,9 @@ static void standard_cases(int quick) {
       c = add_case(causal ? "time bf16 hd128 thd mixed causal" : "time bf16 hd128 thd mixed full", B, T,
                    causal ? SDPA_MASK_CAUSAL_TOP_LEFT : SDPA_MASK_NONE, 0, 16, 16, 0, 0, 128);
       set_lens(c, 8, lens, lens);
+      c->timed = 1;
+      c = add_case(causal ? "time bf16 hd256 bshd S8k causal" : "time bf16 hd256 bshd S8k full", B, S,
+                   causal ? SDPA_MASK_CAUSAL_TOP_LEFT : SDPA_MASK_NONE, 2, 8, 8, 8192, 8192, 256);
       c->timed = 1;
     }
   }
@@ -1307,7 +1330,7 @@ static int compile_all_classes(const char *const *filters, int filter_count) {
 static void usage(void) {
   printf("usage: bench_hopper [--compile-only] [--quick] [--checks|--timed] [--case SUBSTR]...\n"
          "                    [--no-twin] [--define NAME=VALUE]... [--runs N] [--seed N]\n"
-         "                    [--order-group N]\n"
+         "                    [--order-group N] [--memory bshd|bhsd]\n"
          "                    [--cubin-dir DIR] [--trace DIR]\n");
 }
 
@@ -1327,6 +1350,7 @@ int main(int argc, char **argv) {
       extra_defines[extra_define_count++] = argv[++i];
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--order-group") && i + 1 < argc) order_group_given = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--memory") && i + 1 < argc) memory_bhsd = !strcmp(argv[++i], "bhsd");
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) base_seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--cubin-dir") && i + 1 < argc) cubin_dir = argv[++i];
     else if (!strcmp(argv[i], "--trace") && i + 1 < argc && extra_define_count < MAX_DEFINES) {
