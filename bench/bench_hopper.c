@@ -1244,8 +1244,8 @@ static void standard_cases(int quick) {
     /* the wide kernel (head dims above 128) */
     add_case("bf16 hd256 bshd causal_tl S300", B, S, SDPA_MASK_CAUSAL_TOP_LEFT, 1, 2, 2, 300, 300, 256);
     add_case("fp16 hd192 bshd none S200", F, S, SDPA_MASK_NONE, 2, 2, 1, 200, 200, 192);
-    /* above 192: dQ staged in the step's Q and dO boxes (an uneven dQ
-     * split at 200: 128 + 72 columns) */
+    /* above 192: dQ reduced from registers (an uneven split at 200:
+     * 128 + 72 columns) */
     add_case("fp16 hd256 bshd none S500", F, S, SDPA_MASK_NONE, 2, 2, 2, 500, 500, 256);
     add_case("fp16 hd200 bshd causal_br 333/517", F, S, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 2, 1, 333, 517, 200);
     c = add_case("bf16 hd256 bshd window(64,32) S500", B, S, SDPA_MASK_SLIDING_WINDOW, 1, 2, 2, 500, 500, 256);

@@ -72,30 +72,33 @@ def sampled_loop(fn, seconds):
 
 
 def main():
-    args = [a for a in sys.argv[1:]]
+    """compare_torch.main() with its timer swapped for sampled loops: its
+    time_rounds still takes the backends in turn, each call of the timer
+    one loop of the backend it is handed."""
     global SECONDS
-    for flag in ("--seconds",):
-        if flag in args:
-            i = args.index(flag)
-            SECONDS = float(args[i + 1])
-            del args[i:i + 2]
+    args = sys.argv[1:]
+    if "--seconds" in args:
+        i = args.index("--seconds")
+        SECONDS = float(args[i + 1])
+        del args[i:i + 2]
     current = {}
+    time_rounds, grid = compare_torch.time_rounds, compare_torch.grid
 
     def rounds(fns, runs, timer, rounds_):
-        names = list(fns)
-        per = {n: [] for n in names}
-        for r in range(rounds_):
-            for i in range(len(names)):
-                n = names[(r + i) % len(names)]
-                ms, mhz, watts = sampled_loop(fns[n], SECONDS)
-                per[n].append(ms)
-                flops = compare_torch.case_flops(current["case"])
-                print(f"  {current['case']['name']:<30} round {r + 1} {n:<6} "
-                      f"{flops / (ms * 1e-3) / 1e12:7.1f} TFLOP/s  {mhz:6.0f} MHz  {watts:6.1f} W  "
-                      f"{watts * ms * 1e-3:7.3f} J a call", flush=True)
-        return {n: statistics.median(t) for n, t in per.items()}
+        names = {id(fn): name for name, fn in fns.items()}
+        loops = {name: 0 for name in fns}
 
-    grid = compare_torch.grid
+        def sampled(fn, runs_):
+            name = names[id(fn)]
+            loops[name] += 1
+            ms, mhz, watts = sampled_loop(fn, SECONDS)
+            flops = compare_torch.case_flops(current["case"])
+            print(f"  {current['case']['name']:<30} round {loops[name]} {name:<6} "
+                  f"{flops / (ms * 1e-3) / 1e12:7.1f} TFLOP/s  {mhz:6.0f} MHz  {watts:6.1f} W  "
+                  f"{watts * ms * 1e-3:7.3f} J a call", flush=True)
+            return ms
+
+        return time_rounds(fns, runs, sampled, rounds_)
 
     def tagged_grid(a):
         for c in grid(a):
@@ -106,7 +109,6 @@ def main():
     compare_torch.grid = tagged_grid
     sys.argv = [sys.argv[0]] + args
     return compare_torch.main()
-
 
 if __name__ == "__main__":
     sys.exit(main())

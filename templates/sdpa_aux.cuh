@@ -124,13 +124,14 @@ SDPA_DEVICE void store_dq_piece(u16 *dq, sdpa_i64 dq_seq, int r0, int piece, int
 }
 
 #if __CUDA_ARCH__ >= 900
-/* Rows rr and rr + 8 of a 16-row block, columns 8 pc .. 8 pc + 7, from
- * the 64 contiguous bytes that fragment lanes 4 rr .. 4 rr + 3 of piece pc
- * hold (lane 4 rr + c: row rr, columns 2c and 2c + 1, then row rr + 8,
- * the same columns), each row as one 16-byte store. */
+/* Rows rr and rr + 8 of the 16-row block at src (rows from r0),
+ * columns 8 pc .. 8 pc + 7, from the 64 contiguous bytes that fragment
+ * lanes 4 rr .. 4 rr + 3 of piece pc hold (lane 4 rr + c: row rr, columns
+ * 2c and 2c + 1, then row rr + 8, the same columns), each row as one
+ * 16-byte store. */
 SDPA_DEVICE void store_dq_rows(u16 *dq, sdpa_i64 dq_seq, int r0, int rr, int pc,
-                               const float *piece, int sq, float scale) {
-  const float4 *f = (const float4 *)(piece + rr * 16);
+                               const float *src, int sq, float scale) {
+  const float4 *f = (const float4 *)(src + pc * 128 + rr * 16);
   const float4 a = f[0], b = f[1], c = f[2], d = f[3];
   if (r0 + rr < sq)
     *(uint4 *)(dq + (sdpa_i64)(r0 + rr) * dq_seq + pc * 8) =
@@ -170,8 +171,7 @@ sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
 #if __CUDA_ARCH__ >= 900
   if (((unsigned long long)dq & 15) == 0 && (p.dq_seq & 7) == 0) {
     for (int i = threadIdx.x; i < D; i += blockDim.x) /* 8 row pairs x D / 8 pieces */
-      store_dq_rows(dq, p.dq_seq, r0, i / (D / 8), i % (D / 8), src + (i % (D / 8)) * 128, sq,
-                    p.scale);
+      store_dq_rows(dq, p.dq_seq, r0, i / (D / 8), i % (D / 8), src, sq, p.scale);
     return;
   }
 #endif
