@@ -377,12 +377,12 @@ __device__ __noinline__ void fold_dq_end(const sdpa_kernel_params p, unsigned ch
     __syncthreads();
     const int s = base + threadIdx.x;
     if (s < w.steps) {
-      const int sh = w.hk * p.group + s / span, sit = w.it_lo + s % span;
+      const int sit = w.it_lo + s % span;
       const int visitors = kv_visitors(w.band, sit, w.sq, w.skv, first);
 #if SDPA_DETERMINISTIC
       const bool mine = w.j == first + visitors - 1;
 #else
-      sdpa_i32 *counter = q_tile_counter(p, sh, w.b, sit);
+      sdpa_i32 *counter = q_tile_counter(p, w.hk * p.group + s / span, w.b, sit);
       const bool mine = arrive(counter) + 1 == visitors;
       if (mine) acquire_fence(); /* the other visitors' reductions */
 #endif

@@ -148,18 +148,36 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_split(int cols) {
   return 64 * ((sdpa_hopper_boxes(cols) + 1) / 2);
 }
 
+/* The wide kernel's dQ split (measurement variant: bench_hopper --define
+ * SDPA_HOPPER_WIDE_DQ_UP=1 gives consumer 0 the larger share, as dK's
+ * split does). By default the larger share of an odd number of boxes
+ * goes to consumer 1, which has the smaller share of dK: at head_dim 192
+ * consumer 0 takes dK [0, 128) and dQ [0, 64), consumer 1 dK [128, 192)
+ * and dQ [64, 192), so that each runs the same GEMM work a step at
+ * 192 / 128 (416 k16 units of 64 x 64 each, against 480 and 352 when
+ * consumer 0 took both larger shares). */
+#ifndef SDPA_HOPPER_WIDE_DQ_UP
+#define SDPA_HOPPER_WIDE_DQ_UP 0
+#endif
+SDPA_HOPPER_TRAIT int sdpa_hopper_wide_dq_split(int cols) {
+  return SDPA_HOPPER_WIDE_DQ_UP ? sdpa_hopper_split(cols) : 64 * (sdpa_hopper_boxes(cols) / 2);
+}
+
 /* The dQ tile's split between the consumers. With 128 query rows each
  * takes 64 of them and every column; with 64, consumer 0 takes columns
- * [0, split) and consumer 1 [split, head_dim) (sdpa_hopper_split: 64
- * for 64 < head_dim <= 128, 128 above, where dK and dV split the same
- * way). */
+ * [0, split) and consumer 1 [split, head_dim): sdpa_hopper_split (64)
+ * for 64 < head_dim <= 128, sdpa_hopper_wide_dq_split above. */
+SDPA_HOPPER_TRAIT int sdpa_hopper_dq_split(sdpa_hopper_config c) {
+  return sdpa_hopper_wide(c.head_dim) ? sdpa_hopper_wide_dq_split(c.head_dim)
+                                      : sdpa_hopper_split(c.head_dim);
+}
 SDPA_HOPPER_TRAIT int sdpa_hopper_dq_col0(sdpa_hopper_config c, int consumer) {
-  return c.q_tile == 128 ? 0 : consumer * sdpa_hopper_split(c.head_dim);
+  return c.q_tile == 128 ? 0 : consumer * sdpa_hopper_dq_split(c);
 }
 SDPA_HOPPER_TRAIT int sdpa_hopper_dq_cols(sdpa_hopper_config c, int consumer) {
   return c.q_tile == 128   ? c.head_dim
-         : consumer == 0 ? sdpa_hopper_split(c.head_dim)
-                         : c.head_dim - sdpa_hopper_split(c.head_dim);
+         : consumer == 0 ? sdpa_hopper_dq_split(c)
+                         : c.head_dim - sdpa_hopper_dq_split(c);
 }
 
 #define SDPA_HOPPER_WORK_BYTES 128

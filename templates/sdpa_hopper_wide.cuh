@@ -7,7 +7,9 @@
  * 256 registers a thread. Here the CTA owns one 64-row kv tile (HOP_N =
  * 64), and the two consumer warpgroups split its head-dim columns instead
  * of its rows (sdpa_hopper_split: [0, 128) and [128, D) for D and for
- * DV), so that each holds 64 x (its share) of dK and of dV. Per step
+ * DV), so that each holds 64 x (its share) of dK and of dV; dQ's split
+ * (sdpa_hopper_dq_col0 / _dq_cols) gives the larger share of an odd
+ * number of boxes to consumer 1, which has the smaller one of dK. Per step
  * (query tile of HOP_M = 64 rows), consumer CW:
  *   S^T, dP^T   for its half of the query columns, QH = 32 of them:
  *               wgmma SS, M = the 64 kv rows, N = 32, K = D (DV)
@@ -29,19 +31,23 @@
  * Deterministic up to head_dim 192 (sdpa_hopper_deterministic_supported).
  */
 
-/* The consumers' shares of the head-dim columns: dK and dQ as the traits
- * split dQ (sdpa_hopper_dq_col0 / _dq_cols), dV at sdpa_hopper_split(DV). */
+/* The consumers' shares of the head-dim columns: dK at
+ * sdpa_hopper_split(D), dV at sdpa_hopper_split(DV), dQ as the traits
+ * split it (sdpa_hopper_dq_col0 / _dq_cols). */
+#define WIDE_K1 sdpa_hopper_split(D)  /* dK: [0, WIDE_K1), [WIDE_K1, D) */
 #define WIDE_V1 sdpa_hopper_split(DV) /* dV: [0, WIDE_V1), [WIDE_V1, DV) */
 static_assert(HOP_WIDE && HOP_N == 64 && HOP_M == 64,
               "the wide kernel: one 64-row kv tile, 64 query rows a step");
-static_assert(sdpa_hopper_dq_cols(HOP_CFG, 1) > 0 && WIDE_V1 < DV && WIDE_V1 % 64 == 0,
+static_assert(sdpa_hopper_dq_cols(HOP_CFG, 1) > 0 && sdpa_hopper_dq_col0(HOP_CFG, 1) % 64 == 0 &&
+                  WIDE_K1 < D && WIDE_V1 < DV && WIDE_V1 % 64 == 0,
               "both consumers own columns of dK, dV and dQ, from a box");
 #define P_TILE_BYTES DS_TILE_BYTES
 
 template <int CW>
 SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 base,
                               const unsigned char *smem) {
-  constexpr int K0 = sdpa_hopper_dq_col0(HOP_CFG, CW), NK = sdpa_hopper_dq_cols(HOP_CFG, CW);
+  constexpr int K0 = CW == 0 ? 0 : WIDE_K1, NK = CW == 0 ? WIDE_K1 : D - WIDE_K1;
+  constexpr int C0 = sdpa_hopper_dq_col0(HOP_CFG, CW), NC = sdpa_hopper_dq_cols(HOP_CFG, CW);
   constexpr int V0 = CW == 0 ? 0 : WIDE_V1, NV = CW == 0 ? WIDE_V1 : DV - WIDE_V1;
   constexpr int QH = HOP_M / 2, Q0 = CW * QH; /* this consumer's query columns of S^T */
   const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
@@ -59,9 +65,9 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
   const float scale_log2 = p.scale_log2;
   const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
   /* this thread's first reduction target: query rows 16 wi of tile 0,
-   * head 0, column K0 */
+   * head 0, column C0 */
   float *const dq_first =
-      p.dq_accum + (dq_block_base(p, w.b, w.q0) + wi) * blk_elems + (K0 / 8) * 128;
+      p.dq_accum + (dq_block_base(p, w.b, w.q0) + wi) * blk_elems + (C0 / 8) * 128;
 
   /* K and V both (a wait between the S^T and dP^T GEMMs below makes
    * ptxas fence them, C7519) */
@@ -71,6 +77,9 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
   }
   int h = w.h_first, it = w.it_first, stage = 0, buf = 0;
   u32 phase = 0;
+#if SDPA_HOPPER_DQ_BULK
+  float *dq_target = nullptr; /* where the staged dQ slice goes (dq_stage) */
+#endif
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
     const int i0 = it * HOP_M;
@@ -88,6 +97,9 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     wgmma_commit();
     rows_gemm<QH, DV_STEPS>(dp, s_v, s_do + Q0 * 128);
     wgmma_commit();
+#if SDPA_HOPPER_DQ_BULK
+    if (st > 0) dq_send<NC>(base, st - 1, wi, C0, dq_target);
+#endif
 
     /* ---- P^T and dS^T of these columns, packed as 16x16 fragments. */
     wgmma_wait<1>();
@@ -136,35 +148,44 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       wgmma_ss<NK, 0, 1>(acc_dk, gmma_desc(s_ds + kk * 32, 16, 1024),
                          gmma_desc(s_q + (K0 / 64) * BOX_Q + kk * 2048, BOX_Q, 1024), 1);
     wgmma_commit();
-    /* ---- dQ[:, K0..] = dS K, into dq_accum (warp wi holds the tile's
-     * 16-row block wi). Without the staging (head_dim > 192) its adds come
+    /* ---- dQ[:, C0..] = dS K, into dq_accum (warp wi holds the tile's
+     * 16-row block wi). With the staging (head_dim <= 192) the slice is
+     * staged at the step's end and sent once the next step's S^T and dP^T
+     * are in the tensor pipe (as consume() does). Without it its adds come
      * from registers, and the GEMM runs in two parts of at most 64 columns
-     * (the second from the next box): at most 32 dQ accumulators sit next
-     * to the 128 of dK and dV (not measured against one part). */
-    constexpr int NQ1 = (!SDPA_HOPPER_DQ_BULK && NK > 64) ? 64 : NK, NQ2 = NK - NQ1;
-    float dq[NQ1 / 2];
-    dq_gemm<NQ1>(dq, s_ds, s_k, 0, K0);
+     * (the second from the next box), both issued before the first part's
+     * reductions, which then run under the second part. */
+    constexpr int NQ1 = (!SDPA_HOPPER_DQ_BULK && NC > 64) ? 64 : NC, NQ2 = NC - NQ1;
+    float dq[NQ1 / 2], dq2[NQ2 > 0 ? NQ2 / 2 : 1];
+    dq_gemm<NQ1>(dq, s_ds, s_k, 0, C0);
     wgmma_commit();
+    if constexpr (NQ2 > 0) {
+      dq_gemm<NQ2>(dq2, s_ds, s_k, 0, C0 + NQ1);
+      wgmma_commit();
+    }
 
     /* dV, dK done: the stage's Q, dO, LSE and Delta are free. */
-    wgmma_wait<1>();
+    wgmma_wait<(NQ2 > 0 ? 2 : 1)>();
     mbar_arrive(base + BAR_EMPTY(stage));
-    wgmma_wait<0>();
+    wgmma_wait<(NQ2 > 0 ? 1 : 0)>();
     reg_fence(dq);
-    dq_out<NQ1>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
+#if SDPA_HOPPER_DQ_BULK
+    static_assert(NQ2 == 0, "the staged dQ is one GEMM");
+    dq_target = dq_stage<NQ1>(w, base, st, i0, h, wi, C0, dq, dq_first, blk_elems);
+#else
+    dq_out<NQ1>(w, base, st, i0, h, wi, C0, dq, dq_first, blk_elems);
     if constexpr (NQ2 > 0) {
-      float dq2[NQ2 / 2];
-      wgmma_fence();
-      dq_gemm<NQ2>(dq2, s_ds, s_k, 0, K0 + NQ1);
-      wgmma_commit();
       wgmma_wait<0>();
       reg_fence(dq2);
-      dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1,
-                  dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
+      dq_out<NQ2>(w, base, st, i0, h, wi, C0 + NQ1, dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
     }
+#endif
     advance_step(w, it, h);
     advance_ring(stage, phase, buf);
   }
+#if SDPA_HOPPER_DQ_BULK
+  if (w.steps > 0) dq_send<NC>(base, w.steps - 1, wi, C0, dq_target);
+#endif
   /* ---- epilogue: dK * scale, dV, this consumer's columns; rows <
    * kv_valid. */
   finish_consumer<NK, NV>(p, w, base, acc_dk, acc_dv, row0, K0, V0);

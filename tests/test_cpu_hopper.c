@@ -154,9 +154,11 @@ START_TEST(family_choice_and_reasons) {
 END_TEST
 
 /* A warning of ptxas that means a slow kernel: spills, wgmma serialized,
- * setmaxnreg ignored, or any other C75xx. Returns 1 with the line. */
+ * setmaxnreg ignored, or any other C75xx; or one of the front end's.
+ * Returns 1 with the line. */
 static int bad_report(const char *log, char *line, size_t size) {
   if (sdpa_ptxas_any_spills(log, line, size)) return 1;
+  if (sdpa_compile_any_warning(log, line, size)) return 1;
   for (const char *p = strstr(log, "C75"); p; p = strstr(p + 1, "C75")) {
     const char *start = p;
     while (start > log && start[-1] != '\n') start--;

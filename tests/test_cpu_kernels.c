@@ -168,6 +168,10 @@ static void run_job(job *j) {
     size_t used = strlen(j->problems);
     snprintf(j->problems + used, sizeof j->problems - used, "%s; ", line);
   }
+  if (sdpa_compile_any_warning(log, line, sizeof line)) {
+    size_t used = strlen(j->problems);
+    snprintf(j->problems + used, sizeof j->problems - used, "%s; ", line);
+  }
   const char *want = j->v->dq_main ? ";dq=main" : ";dq=convert";
   if (!strstr(sdpa_bwd_plan_key(plan), want)) {
     size_t used = strlen(j->problems);

@@ -25,6 +25,16 @@ int sdpa_ptxas_any_spills(const char *log, char *line, size_t size) {
   return 0;
 }
 
+int sdpa_compile_any_warning(const char *log, char *line, size_t size) {
+  const char *at = log ? strstr(log, ": warning #") : NULL;
+  line[0] = '\0';
+  if (!at) return 0;
+  while (at > log && at[-1] != '\n') at--;
+  const size_t n = strcspn(at, "\n");
+  snprintf(line, size, "%.*s", (int)(n < 300 ? n : 300), at);
+  return 1;
+}
+
 int sdpa_ptxas_spills(const char *log, const char *function, char *line,
                       size_t size) {
   char header[128], report[256];

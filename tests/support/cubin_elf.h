@@ -31,4 +31,9 @@ int sdpa_ptxas_spills(const char *log, const char *function, char *line,
  * "<function>: <report>" in `line` when any spills, else 0. */
 int sdpa_ptxas_any_spills(const char *log, char *line, size_t size);
 
+/* 1 and the line (at most 300 characters) when the compiler's front end
+ * warned in `log` ("warning #NNN-D": an unused variable, a narrowing),
+ * else 0 (line ""): the templates compile without warnings. */
+int sdpa_compile_any_warning(const char *log, char *line, size_t size);
+
 #endif
