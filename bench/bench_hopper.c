@@ -1291,6 +1291,9 @@ static void standard_cases(int quick) {
       c = add_case(causal ? "time bf16 hd256 bshd S8k causal" : "time bf16 hd256 bshd S8k full", B, S,
                    causal ? SDPA_MASK_CAUSAL_TOP_LEFT : SDPA_MASK_NONE, 2, 8, 8, 8192, 8192, 256);
       c->timed = 1;
+      c = add_case(causal ? "time bf16 hd192 bshd S8k causal" : "time bf16 hd192 bshd S8k full", B, S,
+                   causal ? SDPA_MASK_CAUSAL_TOP_LEFT : SDPA_MASK_NONE, 2, 10, 10, 8192, 8192, 192);
+      c->timed = 1;
     }
   }
 }

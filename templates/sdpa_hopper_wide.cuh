@@ -77,9 +77,6 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
   }
   int h = w.h_first, it = w.it_first, stage = 0, buf = 0;
   u32 phase = 0;
-#if SDPA_HOPPER_DQ_BULK
-  float *dq_target = nullptr; /* where the staged dQ slice goes (dq_stage) */
-#endif
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
     const int i0 = it * HOP_M;
@@ -97,9 +94,6 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     wgmma_commit();
     rows_gemm<QH, DV_STEPS>(dp, s_v, s_do + Q0 * 128);
     wgmma_commit();
-#if SDPA_HOPPER_DQ_BULK
-    if (st > 0) dq_send<NC>(base, st - 1, wi, C0, dq_target);
-#endif
 
     /* ---- P^T and dS^T of these columns, packed as 16x16 fragments. */
     wgmma_wait<1>();
@@ -149,43 +143,35 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
                          gmma_desc(s_q + (K0 / 64) * BOX_Q + kk * 2048, BOX_Q, 1024), 1);
     wgmma_commit();
     /* ---- dQ[:, C0..] = dS K, into dq_accum (warp wi holds the tile's
-     * 16-row block wi). With the staging (head_dim <= 192) the slice is
-     * staged at the step's end and sent once the next step's S^T and dP^T
-     * are in the tensor pipe (as consume() does). Without it its adds come
+     * 16-row block wi). Without the staging (head_dim > 192) its adds come
      * from registers, and the GEMM runs in two parts of at most 64 columns
-     * (the second from the next box), both issued before the first part's
-     * reductions, which then run under the second part. */
+     * (the second from the next box): at most 32 dQ accumulators sit next
+     * to the 128 of dK and dV. Measured (bench/HOPPER-NOTES.md): both parts
+     * issued before the first part's reductions lost 3-4% at hd 256. */
     constexpr int NQ1 = (!SDPA_HOPPER_DQ_BULK && NC > 64) ? 64 : NC, NQ2 = NC - NQ1;
-    float dq[NQ1 / 2], dq2[NQ2 > 0 ? NQ2 / 2 : 1];
+    float dq[NQ1 / 2];
     dq_gemm<NQ1>(dq, s_ds, s_k, 0, C0);
     wgmma_commit();
-    if constexpr (NQ2 > 0) {
-      dq_gemm<NQ2>(dq2, s_ds, s_k, 0, C0 + NQ1);
-      wgmma_commit();
-    }
 
     /* dV, dK done: the stage's Q, dO, LSE and Delta are free. */
-    wgmma_wait<(NQ2 > 0 ? 2 : 1)>();
+    wgmma_wait<1>();
     mbar_arrive(base + BAR_EMPTY(stage));
-    wgmma_wait<(NQ2 > 0 ? 1 : 0)>();
+    wgmma_wait<0>();
     reg_fence(dq);
-#if SDPA_HOPPER_DQ_BULK
-    static_assert(NQ2 == 0, "the staged dQ is one GEMM");
-    dq_target = dq_stage<NQ1>(w, base, st, i0, h, wi, C0, dq, dq_first, blk_elems);
-#else
     dq_out<NQ1>(w, base, st, i0, h, wi, C0, dq, dq_first, blk_elems);
     if constexpr (NQ2 > 0) {
+      float dq2[NQ2 / 2];
+      wgmma_fence();
+      dq_gemm<NQ2>(dq2, s_ds, s_k, 0, C0 + NQ1);
+      wgmma_commit();
       wgmma_wait<0>();
       reg_fence(dq2);
-      dq_out<NQ2>(w, base, st, i0, h, wi, C0 + NQ1, dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
+      dq_out<NQ2>(w, base, st, i0, h, wi, C0 + NQ1,
+                  dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
     }
-#endif
     advance_step(w, it, h);
     advance_ring(stage, phase, buf);
   }
-#if SDPA_HOPPER_DQ_BULK
-  if (w.steps > 0) dq_send<NC>(base, w.steps - 1, wi, C0, dq_target);
-#endif
   /* ---- epilogue: dK * scale, dV, this consumer's columns; rows <
    * kv_valid. */
   finish_consumer<NK, NV>(p, w, base, acc_dk, acc_dv, row0, K0, V0);
