@@ -7,9 +7,8 @@
  * 256 registers a thread. Here the CTA owns one 64-row kv tile (HOP_N =
  * 64), and the two consumer warpgroups split its head-dim columns instead
  * of its rows (sdpa_hopper_split: [0, 128) and [128, D) for D and for
- * DV), so that each holds 64 x (its share) of dK and of dV; dQ's split
- * (sdpa_hopper_dq_col0 / _dq_cols) gives the larger share of an odd
- * number of boxes to consumer 1, which has the smaller one of dK. Per step
+ * DV), so that each holds 64 x (its share) of dK and of dV, and dQ as
+ * sdpa_hopper_dq_col0 / _dq_cols split it. Per step
  * (query tile of HOP_M = 64 rows), consumer CW:
  *   S^T, dP^T   for its half of the query columns, QH = 32 of them:
  *               wgmma SS, M = the 64 kv rows, N = 32, K = D (DV)
@@ -43,6 +42,17 @@ static_assert(sdpa_hopper_dq_cols(HOP_CFG, 1) > 0 && sdpa_hopper_dq_col0(HOP_CFG
               "both consumers own columns of dK, dV and dQ, from a box");
 #define P_TILE_BYTES DS_TILE_BYTES
 
+/* S^T = K Q^T with K's A fragments in registers (wgmma RS, loaded by
+ * ldmatrix once a block) where consumer 0 has the room
+ * (sdpa_hopper_wide_k_regs, which also picks dQ's split): otherwise
+ * each consumer reads all of K every step for its 32 query columns,
+ * 2 x 64 x D x 2 bytes (48 KB at head_dim 192). The define is for
+ * measurement (bench_hopper --define). */
+#ifndef SDPA_HOPPER_WIDE_K_REGS
+#define SDPA_HOPPER_WIDE_K_REGS sdpa_hopper_wide_k_regs(D, DV)
+#endif
+constexpr bool WIDE_K_REGS = SDPA_HOPPER_WIDE_K_REGS;
+
 template <int CW>
 SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 base,
                               const unsigned char *smem) {
@@ -75,6 +85,19 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     mbar_wait(base + BAR_K, 0);
     mbar_wait(base + BAR_V, 0);
   }
+  /* K's A fragments of the S^T GEMM (wgmma_rs; the m16n8k16 A layout a
+   * warp: rows 16 wi.., ldmatrix x4 of the swizzled boxes as stmatrix
+   * writes them below). */
+  u32 kf[WIDE_K_REGS ? D_STEPS : 1][4];
+  if constexpr (WIDE_K_REGS) {
+    const int r = 16 * wi + (lane & 7) + 8 * ((lane >> 3) & 1);
+#pragma unroll
+    for (int kk = 0; kk < D_STEPS; ++kk) {
+      const int c = (kk % 4) * 2 + (lane >> 4); /* 8-column chunk of box kk / 4 */
+      ldsm_x4(s_k + (kk / 4) * BOX_KV + r * 128 + ((c ^ (r & 7)) << 4), kf[kk][0], kf[kk][1],
+              kf[kk][2], kf[kk][3]);
+    }
+  }
   int h = w.h_first, it = w.it_first, stage = 0, buf = 0;
   u32 phase = 0;
 #pragma unroll 1
@@ -90,7 +113,15 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
      * [Q0, Q0 + QH) (rows Q0.. of the Q and dO tiles: Q0 * 128 bytes on). */
     float s[QH / 2], dp[QH / 2];
     wgmma_fence();
-    rows_gemm<QH, D_STEPS>(s, s_k, s_q + Q0 * 128);
+    if constexpr (WIDE_K_REGS) {
+#pragma unroll
+      for (int kk = 0; kk < D_STEPS; ++kk)
+        wgmma_rs<QH, 0>(s, kf[kk],
+                        gmma_desc(s_q + Q0 * 128 + (kk / 4) * BOX_Q + (kk % 4) * 32, 16, 1024),
+                        kk > 0);
+    } else {
+      rows_gemm<QH, D_STEPS>(s, s_k, s_q + Q0 * 128);
+    }
     wgmma_commit();
     rows_gemm<QH, DV_STEPS>(dp, s_v, s_do + Q0 * 128);
     wgmma_commit();
