@@ -148,71 +148,40 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_split(int cols) {
   return 64 * ((sdpa_hopper_boxes(cols) + 1) / 2);
 }
 
-/* The wide kernel's register choices (measured on the H200,
- * bench/HOPPER-NOTES.md, sixth session):
- * - K's A fragments of S^T = K Q^T in registers (wgmma RS, 4 registers
- *   a k16 step of head_dim) instead of both consumers reading all of K
- *   from shared memory every step: hd 192 causal +9-13%.
- * - dQ's split: by default consumer 0 takes the larger share of an odd
- *   number of boxes, as it does of dK (sdpa_hopper_split); the
- *   consumers' unequal work a step keeps them out of step, so that one
- *   one's exp and stores run under the other's GEMMs (the even split of
- *   the GEMM work, 416 k16 units each at 192 / 128, measured 2-4%
- *   slower). Only where consumer 0 has no room for K's fragments with
- *   the larger share does consumer 1 take it.
- * A consumer 0 thread's registers at its peak, estimated: dK and dV's
- * shares, the larger of dQ's share (64 columns a part above 192, where
- * dQ is reduced from registers) and S^T, dP^T and their packed halves
- * (48), and K's fragments; within SDPA_HOPPER_WIDE_REG_ROOM of the 240
- * it gets (the rest: addresses, loop state; 192 / 192 at 224 compiles
- * without a spill). */
-#define SDPA_HOPPER_WIDE_REG_ROOM 224
-SDPA_HOPPER_TRAIT int sdpa_hopper_wide_c0_regs(int head_dim, int head_dim_v, int dq_cols0,
-                                               int k_regs) {
-  const int dq = (head_dim > SDPA_HOPPER_STAGING_MAX && dq_cols0 > 64 ? 64 : dq_cols0) / 2;
-  return sdpa_hopper_split(head_dim) / 2 + sdpa_hopper_split(head_dim_v) / 2 + (dq > 48 ? dq : 48) +
-         (k_regs ? 4 * ((head_dim + 15) / 16) : 0);
-}
-/* consumer 0's dQ columns: the larger share (up) or the smaller */
-SDPA_HOPPER_TRAIT int sdpa_hopper_wide_dq_up(int head_dim) { return sdpa_hopper_split(head_dim); }
-SDPA_HOPPER_TRAIT int sdpa_hopper_wide_dq_down(int head_dim) {
-  return 64 * (sdpa_hopper_boxes(head_dim) / 2);
-}
-/* (A measured exception: with the smaller dQ share, head dims 136 and
- * 144 at head_dim_v = head_dim spill 4 bytes in THD classes, NVRTC 13.0;
- * the smaller share is taken from 152 on.) */
-#define SDPA_HOPPER_WIDE_DQ_DOWN_FROM 152
-SDPA_HOPPER_TRAIT int sdpa_hopper_wide_k_regs(int head_dim, int head_dim_v) {
-  return head_dim <= SDPA_HOPPER_STAGING_MAX &&
-         (sdpa_hopper_wide_c0_regs(head_dim, head_dim_v, sdpa_hopper_wide_dq_up(head_dim), 1) <=
-              SDPA_HOPPER_WIDE_REG_ROOM ||
-          (head_dim >= SDPA_HOPPER_WIDE_DQ_DOWN_FROM &&
-           sdpa_hopper_wide_c0_regs(head_dim, head_dim_v, sdpa_hopper_wide_dq_down(head_dim), 1) <=
-               SDPA_HOPPER_WIDE_REG_ROOM));
-}
-SDPA_HOPPER_TRAIT int sdpa_hopper_wide_dq_split(int head_dim, int head_dim_v) {
-  return sdpa_hopper_wide_k_regs(head_dim, head_dim_v) &&
-                 sdpa_hopper_wide_c0_regs(head_dim, head_dim_v, sdpa_hopper_wide_dq_up(head_dim),
-                                          1) > SDPA_HOPPER_WIDE_REG_ROOM
-             ? sdpa_hopper_wide_dq_down(head_dim)
-             : sdpa_hopper_wide_dq_up(head_dim);
-}
-
 /* The dQ tile's split between the consumers. With 128 query rows each
  * takes 64 of them and every column; with 64, consumer 0 takes columns
- * [0, split) and consumer 1 [split, head_dim): sdpa_hopper_split (64)
- * for 64 < head_dim <= 128, sdpa_hopper_wide_dq_split above. */
-SDPA_HOPPER_TRAIT int sdpa_hopper_dq_split(sdpa_hopper_config c) {
-  return sdpa_hopper_wide(c.head_dim) ? sdpa_hopper_wide_dq_split(c.head_dim, c.head_dim_v)
-                                      : sdpa_hopper_split(c.head_dim);
-}
+ * [0, split) and consumer 1 [split, head_dim) (sdpa_hopper_split: 64
+ * for 64 < head_dim <= 128, 128 above, where dK and dV split the same
+ * way). */
 SDPA_HOPPER_TRAIT int sdpa_hopper_dq_col0(sdpa_hopper_config c, int consumer) {
-  return c.q_tile == 128 ? 0 : consumer * sdpa_hopper_dq_split(c);
+  return c.q_tile == 128 ? 0 : consumer * sdpa_hopper_split(c.head_dim);
 }
 SDPA_HOPPER_TRAIT int sdpa_hopper_dq_cols(sdpa_hopper_config c, int consumer) {
   return c.q_tile == 128   ? c.head_dim
-         : consumer == 0 ? sdpa_hopper_dq_split(c)
-                         : c.head_dim - sdpa_hopper_dq_split(c);
+         : consumer == 0 ? sdpa_hopper_split(c.head_dim)
+                         : c.head_dim - sdpa_hopper_split(c.head_dim);
+}
+
+/* Whether the wide kernel holds K's A fragments of S^T = K Q^T in
+ * registers (wgmma RS, 4 registers a k16 step of head_dim, loaded once
+ * a block) instead of both consumers reading all of K from shared memory
+ * every step (2 x 64 x head_dim x 2 bytes: 48 KB at 192): where consumer
+ * 0, which holds the larger shares, has the room. Its registers at the
+ * peak, estimated: its dK and dV shares, the larger of its dQ share (the
+ * staging's one GEMM up to 192) and S^T, dP^T and their packed halves
+ * (48), and K's fragments; within SDPA_HOPPER_WIDE_REG_ROOM of the 240 it
+ * gets (the rest: addresses, loop state). Measured on the H200
+ * (bench/HOPPER-NOTES.md, sixth session): 192 / 128 +3-4%; 192 / 192 and
+ * 160, with dQ's larger share moved to consumer 1 to make the room, no
+ * faster (and that even split alone 2-4% slower), so they keep K in
+ * shared memory. */
+#define SDPA_HOPPER_WIDE_REG_ROOM 224
+SDPA_HOPPER_TRAIT int sdpa_hopper_wide_k_regs(int head_dim, int head_dim_v) {
+  const int dq = sdpa_hopper_split(head_dim) / 2;
+  return sdpa_hopper_wide(head_dim) && head_dim <= SDPA_HOPPER_STAGING_MAX &&
+         sdpa_hopper_split(head_dim) / 2 + sdpa_hopper_split(head_dim_v) / 2 + (dq > 48 ? dq : 48) +
+                 4 * ((head_dim + 15) / 16) <=
+             SDPA_HOPPER_WIDE_REG_ROOM;
 }
 
 #define SDPA_HOPPER_WORK_BYTES 128

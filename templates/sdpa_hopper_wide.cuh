@@ -7,11 +7,12 @@
  * 256 registers a thread. Here the CTA owns one 64-row kv tile (HOP_N =
  * 64), and the two consumer warpgroups split its head-dim columns instead
  * of its rows (sdpa_hopper_split: [0, 128) and [128, D) for D and for
- * DV), so that each holds 64 x (its share) of dK and of dV, and dQ as
- * sdpa_hopper_dq_col0 / _dq_cols split it. Per step
+ * DV), so that each holds 64 x (its share) of dK and of dV. Per step
  * (query tile of HOP_M = 64 rows), consumer CW:
  *   S^T, dP^T   for its half of the query columns, QH = 32 of them:
- *               wgmma SS, M = the 64 kv rows, N = 32, K = D (DV)
+ *               wgmma SS, M = the 64 kv rows, N = 32, K = D (DV); S^T
+ *               RS, K's fragments in registers, where head_dim_v <= 128
+ *               leaves the room (sdpa_hopper_wide_k_regs)
  *   P^T, dS^T   exp2, masks and dS as in consume(), stored by stmatrix
  *               into the P^T and dS^T tiles (kv rows x the 64 query
  *               columns, one 128-byte box a row), then both consumers
@@ -30,24 +31,27 @@
  * Deterministic up to head_dim 192 (sdpa_hopper_deterministic_supported).
  */
 
-/* The consumers' shares of the head-dim columns: dK at
- * sdpa_hopper_split(D), dV at sdpa_hopper_split(DV), dQ as the traits
- * split it (sdpa_hopper_dq_col0 / _dq_cols). */
-#define WIDE_K1 sdpa_hopper_split(D)  /* dK: [0, WIDE_K1), [WIDE_K1, D) */
+/* The consumers' shares of the head-dim columns: dQ as the traits split
+ * it (sdpa_hopper_dq_col0 / _dq_cols), dK the same way (a measurement
+ * variant, bench_hopper --define SDPA_HOPPER_WIDE_K_SPLIT=C, moves dK's
+ * split to column C), dV at sdpa_hopper_split(DV). */
+#ifndef SDPA_HOPPER_WIDE_K_SPLIT
+#define SDPA_HOPPER_WIDE_K_SPLIT sdpa_hopper_dq_col0(HOP_CFG, 1)
+#endif
+#define WIDE_K1 (SDPA_HOPPER_WIDE_K_SPLIT) /* dK: [0, WIDE_K1), [WIDE_K1, D) */
 #define WIDE_V1 sdpa_hopper_split(DV) /* dV: [0, WIDE_V1), [WIDE_V1, DV) */
 static_assert(HOP_WIDE && HOP_N == 64 && HOP_M == 64,
               "the wide kernel: one 64-row kv tile, 64 query rows a step");
-static_assert(sdpa_hopper_dq_cols(HOP_CFG, 1) > 0 && sdpa_hopper_dq_col0(HOP_CFG, 1) % 64 == 0 &&
-                  WIDE_K1 < D && WIDE_V1 < DV && WIDE_V1 % 64 == 0,
+static_assert(sdpa_hopper_dq_cols(HOP_CFG, 1) > 0 && WIDE_K1 < D && WIDE_K1 % 64 == 0 &&
+                  WIDE_V1 < DV && WIDE_V1 % 64 == 0,
               "both consumers own columns of dK, dV and dQ, from a box");
 #define P_TILE_BYTES DS_TILE_BYTES
 
 /* S^T = K Q^T with K's A fragments in registers (wgmma RS, loaded by
  * ldmatrix once a block) where consumer 0 has the room
- * (sdpa_hopper_wide_k_regs, which also picks dQ's split): otherwise
- * each consumer reads all of K every step for its 32 query columns,
- * 2 x 64 x D x 2 bytes (48 KB at head_dim 192). The define is for
- * measurement (bench_hopper --define). */
+ * (sdpa_hopper_wide_k_regs); otherwise each consumer reads all of K
+ * every step for its 32 query columns. The define is for measurement
+ * (bench_hopper --define). */
 #ifndef SDPA_HOPPER_WIDE_K_REGS
 #define SDPA_HOPPER_WIDE_K_REGS sdpa_hopper_wide_k_regs(D, DV)
 #endif
@@ -177,8 +181,7 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
      * 16-row block wi). Without the staging (head_dim > 192) its adds come
      * from registers, and the GEMM runs in two parts of at most 64 columns
      * (the second from the next box): at most 32 dQ accumulators sit next
-     * to the 128 of dK and dV. Measured (bench/HOPPER-NOTES.md): both parts
-     * issued before the first part's reductions lost 3-4% at hd 256. */
+     * to the 128 of dK and dV (not measured against one part). */
     constexpr int NQ1 = (!SDPA_HOPPER_DQ_BULK && NC > 64) ? 64 : NC, NQ2 = NC - NQ1;
     float dq[NQ1 / 2];
     dq_gemm<NQ1>(dq, s_ds, s_k, 0, C0);
