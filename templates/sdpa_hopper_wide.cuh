@@ -31,19 +31,12 @@
  * Deterministic up to head_dim 192 (sdpa_hopper_deterministic_supported).
  */
 
-/* The consumers' shares of the head-dim columns: dQ as the traits split
- * it (sdpa_hopper_dq_col0 / _dq_cols), dK the same way (a measurement
- * variant, bench_hopper --define SDPA_HOPPER_WIDE_K_SPLIT=C, moves dK's
- * split to column C), dV at sdpa_hopper_split(DV). */
-#ifndef SDPA_HOPPER_WIDE_K_SPLIT
-#define SDPA_HOPPER_WIDE_K_SPLIT sdpa_hopper_dq_col0(HOP_CFG, 1)
-#endif
-#define WIDE_K1 (SDPA_HOPPER_WIDE_K_SPLIT) /* dK: [0, WIDE_K1), [WIDE_K1, D) */
+/* The consumers' shares of the head-dim columns: dK and dQ as the traits
+ * split dQ (sdpa_hopper_dq_col0 / _dq_cols), dV at sdpa_hopper_split(DV). */
 #define WIDE_V1 sdpa_hopper_split(DV) /* dV: [0, WIDE_V1), [WIDE_V1, DV) */
 static_assert(HOP_WIDE && HOP_N == 64 && HOP_M == 64,
               "the wide kernel: one 64-row kv tile, 64 query rows a step");
-static_assert(sdpa_hopper_dq_cols(HOP_CFG, 1) > 0 && WIDE_K1 < D && WIDE_K1 % 64 == 0 &&
-                  WIDE_V1 < DV && WIDE_V1 % 64 == 0,
+static_assert(sdpa_hopper_dq_cols(HOP_CFG, 1) > 0 && WIDE_V1 < DV && WIDE_V1 % 64 == 0,
               "both consumers own columns of dK, dV and dQ, from a box");
 #define P_TILE_BYTES DS_TILE_BYTES
 
@@ -60,8 +53,7 @@ constexpr bool WIDE_K_REGS = SDPA_HOPPER_WIDE_K_REGS;
 template <int CW>
 SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 base,
                               const unsigned char *smem) {
-  constexpr int K0 = CW == 0 ? 0 : WIDE_K1, NK = CW == 0 ? WIDE_K1 : D - WIDE_K1;
-  constexpr int C0 = sdpa_hopper_dq_col0(HOP_CFG, CW), NC = sdpa_hopper_dq_cols(HOP_CFG, CW);
+  constexpr int K0 = sdpa_hopper_dq_col0(HOP_CFG, CW), NK = sdpa_hopper_dq_cols(HOP_CFG, CW);
   constexpr int V0 = CW == 0 ? 0 : WIDE_V1, NV = CW == 0 ? WIDE_V1 : DV - WIDE_V1;
   constexpr int QH = HOP_M / 2, Q0 = CW * QH; /* this consumer's query columns of S^T */
   const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
@@ -79,9 +71,9 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
   const float scale_log2 = p.scale_log2;
   const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
   /* this thread's first reduction target: query rows 16 wi of tile 0,
-   * head 0, column C0 */
+   * head 0, column K0 */
   float *const dq_first =
-      p.dq_accum + (dq_block_base(p, w.b, w.q0) + wi) * blk_elems + (C0 / 8) * 128;
+      p.dq_accum + (dq_block_base(p, w.b, w.q0) + wi) * blk_elems + (K0 / 8) * 128;
 
   /* K and V both (a wait between the S^T and dP^T GEMMs below makes
    * ptxas fence them, C7519) */
@@ -177,14 +169,14 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       wgmma_ss<NK, 0, 1>(acc_dk, gmma_desc(s_ds + kk * 32, 16, 1024),
                          gmma_desc(s_q + (K0 / 64) * BOX_Q + kk * 2048, BOX_Q, 1024), 1);
     wgmma_commit();
-    /* ---- dQ[:, C0..] = dS K, into dq_accum (warp wi holds the tile's
+    /* ---- dQ[:, K0..] = dS K, into dq_accum (warp wi holds the tile's
      * 16-row block wi). Without the staging (head_dim > 192) its adds come
      * from registers, and the GEMM runs in two parts of at most 64 columns
      * (the second from the next box): at most 32 dQ accumulators sit next
      * to the 128 of dK and dV (not measured against one part). */
-    constexpr int NQ1 = (!SDPA_HOPPER_DQ_BULK && NC > 64) ? 64 : NC, NQ2 = NC - NQ1;
+    constexpr int NQ1 = (!SDPA_HOPPER_DQ_BULK && NK > 64) ? 64 : NK, NQ2 = NK - NQ1;
     float dq[NQ1 / 2];
-    dq_gemm<NQ1>(dq, s_ds, s_k, 0, C0);
+    dq_gemm<NQ1>(dq, s_ds, s_k, 0, K0);
     wgmma_commit();
 
     /* dV, dK done: the stage's Q, dO, LSE and Delta are free. */
@@ -192,15 +184,15 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     mbar_arrive(base + BAR_EMPTY(stage));
     wgmma_wait<0>();
     reg_fence(dq);
-    dq_out<NQ1>(w, base, st, i0, h, wi, C0, dq, dq_first, blk_elems);
+    dq_out<NQ1>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
     if constexpr (NQ2 > 0) {
       float dq2[NQ2 / 2];
       wgmma_fence();
-      dq_gemm<NQ2>(dq2, s_ds, s_k, 0, C0 + NQ1);
+      dq_gemm<NQ2>(dq2, s_ds, s_k, 0, K0 + NQ1);
       wgmma_commit();
       wgmma_wait<0>();
       reg_fence(dq2);
-      dq_out<NQ2>(w, base, st, i0, h, wi, C0 + NQ1,
+      dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1,
                   dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
     }
     advance_step(w, it, h);
