@@ -20,6 +20,7 @@
 #include "check_main.h"
 #include "cubin_elf.h"
 #include "hopper.h"
+#include "../templates/sdpa_hopper_traits.h"
 #include "plan.h"
 #include "sdpa_jit.h"
 #include "test_cache.h"
@@ -212,6 +213,8 @@ START_TEST(representative_keys_compile_clean) {
       {SDPA_DTYPE_BF16, 192, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_TOP_LEFT, 1, 0, 0},
       {SDPA_DTYPE_FP16, 160, 0, SDPA_LAYOUT_THD, SDPA_MASK_NONE, 0, 0, 0},
       {SDPA_DTYPE_BF16, 136, 72, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 1, 0, 0},
+      /* K's fragments in registers (192 / 128, 136 / 72 above too), THD */
+      {SDPA_DTYPE_FP16, 176, 120, SDPA_LAYOUT_THD, SDPA_MASK_SLIDING_WINDOW, 0, 1, 0},
       /* the wide kernel's deterministic keys (up to 192) */
       {SDPA_DTYPE_BF16, 192, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 1},
       {SDPA_DTYPE_FP16, 192, 0, SDPA_LAYOUT_THD, SDPA_MASK_SLIDING_WINDOW, 0, 1, 1},
@@ -245,11 +248,37 @@ START_TEST(representative_keys_compile_clean) {
 }
 END_TEST
 
+/* The wide kernel's rule for K's fragments in registers: where consumer
+ * 0 has the room with its larger shares (head_dim <= 192 with
+ * head_dim_v <= 128), the measured choice; not at 192 / 192, 160 / 160
+ * or above 192, nor in the narrow kernel. */
+START_TEST(wide_kernel_k_fragments_rule) {
+  ck_assert(sdpa_hopper_wide_k_regs(192, 128));
+  ck_assert(sdpa_hopper_wide_k_regs(136, 72));
+  ck_assert(sdpa_hopper_wide_k_regs(176, 120));
+  ck_assert(!sdpa_hopper_wide_k_regs(192, 192));
+  ck_assert(!sdpa_hopper_wide_k_regs(160, 160));
+  ck_assert(!sdpa_hopper_wide_k_regs(136, 136));
+  ck_assert(!sdpa_hopper_wide_k_regs(256, 128));
+  ck_assert(!sdpa_hopper_wide_k_regs(200, 120));
+  ck_assert(!sdpa_hopper_wide_k_regs(128, 128));
+  int picked = 0;
+  for (int hd = 8; hd <= 256; hd += 8)
+    for (int hdv = 8; hdv <= hd; hdv += 8)
+      if (sdpa_hopper_supported(hd, hdv) && sdpa_hopper_wide_k_regs(hd, hdv)) {
+        ck_assert_msg(hd > 128 && hd <= 192 && hdv <= 128, "%d / %d", hd, hdv);
+        picked++;
+      }
+  ck_assert_int_eq(picked, 64); /* 136-192 by 8, head_dim_v 72-128 by 8 */
+}
+END_TEST
+
 static Suite *hopper_suite(void) {
   Suite *s = suite_create("hopper");
   TCase *tc = tcase_create("hopper");
   tcase_set_timeout(tc, 900);
   tcase_add_test(tc, family_choice_and_reasons);
+  tcase_add_test(tc, wide_kernel_k_fragments_rule);
   tcase_add_test(tc, representative_keys_compile_clean);
   suite_add_tcase(s, tc);
   return s;
