@@ -171,9 +171,9 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_dq_cols(sdpa_hopper_config c, int consumer) {
  * staging's one GEMM up to 192) and S^T, dP^T and their packed halves
  * (48), and K's fragments; within SDPA_HOPPER_WIDE_REG_ROOM of the 240 it
  * gets (the rest: addresses, loop state). Measured on the H200
- * (bench/HOPPER-NOTES.md, sixth session): 192 / 128 +3-4%; 192 / 192 and
- * 160, with dQ's larger share moved to consumer 1 to make the room, no
- * faster (and that even split alone 2-4% slower), so they keep K in
+ * (bench/HOPPER-NOTES.md, sixth session): 192 / 128 +2.6-4.3%; 192 / 192
+ * and 160, with dQ's larger share moved to consumer 1 to make the room,
+ * no faster (and that even split alone 1.5-4% slower), so they keep K in
  * shared memory. */
 #define SDPA_HOPPER_WIDE_REG_ROOM 224
 SDPA_HOPPER_TRAIT int sdpa_hopper_wide_k_regs(int head_dim, int head_dim_v) {
