@@ -1276,25 +1276,32 @@ static void standard_cases(int quick) {
       }
   }
   if (!quick) {
-    for (int causal = 0; causal < 2; causal++) {
-      c = add_case(causal ? "time fp16 hd128 bshd S4k causal" : "time fp16 hd128 bshd S4k full", F, S,
-                   causal ? SDPA_MASK_CAUSAL_TOP_LEFT : SDPA_MASK_NONE, 4, 16, 16, 4096, 4096, 128);
-      c->timed = 1;
-      c = add_case(causal ? "time bf16 hd128 gqa64/8 S4k causal" : "time bf16 hd128 gqa64/8 S4k full", B, S,
-                   causal ? SDPA_MASK_CAUSAL_TOP_LEFT : SDPA_MASK_NONE, 4, 64, 8, 4096, 4096, 128);
-      c->timed = 1;
-      static const int lens[] = {4096, 512, 3000, 1500, 2048, 777, 3333, 1118};
-      c = add_case(causal ? "time bf16 hd128 thd mixed causal" : "time bf16 hd128 thd mixed full", B, T,
-                   causal ? SDPA_MASK_CAUSAL_TOP_LEFT : SDPA_MASK_NONE, 0, 16, 16, 0, 0, 128);
-      set_lens(c, 8, lens, lens);
-      c->timed = 1;
-      c = add_case(causal ? "time bf16 hd256 bshd S8k causal" : "time bf16 hd256 bshd S8k full", B, S,
-                   causal ? SDPA_MASK_CAUSAL_TOP_LEFT : SDPA_MASK_NONE, 2, 8, 8, 8192, 8192, 256);
-      c->timed = 1;
-      c = add_case(causal ? "time bf16 hd192 bshd S8k causal" : "time bf16 hd192 bshd S8k full", B, S,
-                   causal ? SDPA_MASK_CAUSAL_TOP_LEFT : SDPA_MASK_NONE, 2, 10, 10, 8192, 8192, 192);
-      c->timed = 1;
-    }
+    /* the other timed problems, each full and causal (top-left); THD
+     * with 8 sequences of mixed lengths (16k tokens) */
+    static const int lens[] = {4096, 512, 3000, 1500, 2048, 777, 3333, 1118};
+    static const struct {
+      const char *name; /* " full" / " causal" appended */
+      sdpa_dtype dtype;
+      sdpa_layout layout;
+      int batch, heads_q, heads_kv, seqlen, head_dim;
+    } more[] = {
+        {"time fp16 hd128 bshd S4k", SDPA_DTYPE_FP16, SDPA_LAYOUT_BSHD, 4, 16, 16, 4096, 128},
+        {"time bf16 hd128 gqa64/8 S4k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 4, 64, 8, 4096, 128},
+        {"time bf16 hd128 thd mixed", SDPA_DTYPE_BF16, SDPA_LAYOUT_THD, 0, 16, 16, 0, 128},
+        {"time bf16 hd256 bshd S8k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 2, 8, 8, 8192, 256},
+        {"time bf16 hd192 bshd S8k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 2, 10, 10, 8192, 192},
+    };
+    for (int causal = 0; causal < 2; causal++)
+      for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s %s", more[i].name, causal ? "causal" : "full");
+        c = add_case(name, more[i].dtype, more[i].layout,
+                     causal ? SDPA_MASK_CAUSAL_TOP_LEFT : SDPA_MASK_NONE, more[i].batch,
+                     more[i].heads_q, more[i].heads_kv, more[i].seqlen, more[i].seqlen,
+                     more[i].head_dim);
+        if (more[i].layout == SDPA_LAYOUT_THD) set_lens(c, 8, lens, lens);
+        c->timed = 1;
+      }
   }
 }
 

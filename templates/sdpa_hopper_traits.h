@@ -177,10 +177,9 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_dq_cols(sdpa_hopper_config c, int consumer) {
  * shared memory. */
 #define SDPA_HOPPER_WIDE_REG_ROOM 224
 SDPA_HOPPER_TRAIT int sdpa_hopper_wide_k_regs(int head_dim, int head_dim_v) {
-  const int dq = sdpa_hopper_split(head_dim) / 2;
+  const int dk = sdpa_hopper_split(head_dim) / 2; /* dK's share, and dQ's (one split) */
   return sdpa_hopper_wide(head_dim) && head_dim <= SDPA_HOPPER_STAGING_MAX &&
-         sdpa_hopper_split(head_dim) / 2 + sdpa_hopper_split(head_dim_v) / 2 + (dq > 48 ? dq : 48) +
-                 4 * ((head_dim + 15) / 16) <=
+         dk + sdpa_hopper_split(head_dim_v) / 2 + (dk > 48 ? dk : 48) + 4 * ((head_dim + 15) / 16) <=
              SDPA_HOPPER_WIDE_REG_ROOM;
 }
 

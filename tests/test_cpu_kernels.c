@@ -19,6 +19,7 @@
  * result is recorded in bench/NOTES.md.
  */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,15 @@ static job *jobs;
 static int job_count, next_job;
 static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Appends one problem ("...; ") to the job's list. */
+static void add_problem(job *j, const char *fmt, ...) {
+  const size_t used = strlen(j->problems);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(j->problems + used, sizeof j->problems - used, fmt, ap);
+  va_end(ap);
+}
+
 /* Plans job `j`; who writes dQ is a plan option. */
 static void plan_job(job *j) {
   sdpa_bwd_desc d = make_desc(j);
@@ -164,36 +174,21 @@ static void run_job(job *j) {
   check_report(log, SDPA_KERNEL_MAIN, j->problems, sizeof j->problems);
   check_report(log, SDPA_KERNEL_CONVERT, j->problems, sizeof j->problems);
   char line[400];
-  if (sdpa_ptxas_any_spills(log, line, sizeof line)) {
-    size_t used = strlen(j->problems);
-    snprintf(j->problems + used, sizeof j->problems - used, "%s; ", line);
-  }
-  if (sdpa_compile_any_warning(log, line, sizeof line)) {
-    size_t used = strlen(j->problems);
-    snprintf(j->problems + used, sizeof j->problems - used, "%s; ", line);
-  }
+  if (sdpa_ptxas_any_spills(log, line, sizeof line)) add_problem(j, "%s; ", line);
+  if (sdpa_compile_any_warning(log, line, sizeof line)) add_problem(j, "%s; ", line);
   const char *want = j->v->dq_main ? ";dq=main" : ";dq=convert";
-  if (!strstr(sdpa_bwd_plan_key(plan), want)) {
-    size_t used = strlen(j->problems);
-    snprintf(j->problems + used, sizeof j->problems - used, "key %s lacks %s; ",
-             sdpa_bwd_plan_key(plan), want);
-  }
+  if (!strstr(sdpa_bwd_plan_key(plan), want))
+    add_problem(j, "key %s lacks %s; ", sdpa_bwd_plan_key(plan), want);
   void *cubin = NULL;
   size_t size = 0;
   if (sdpa_cache_get_cubin(runtime, sdpa_bwd_plan_key_hash(plan), &cubin, &size) ==
       SDPA_STATUS_SUCCESS) {
     const char *names[] = {SDPA_KERNEL_PREPROCESS, SDPA_KERNEL_MAIN, SDPA_KERNEL_CONVERT};
-    if (sdpa_cubin_arch(cubin, size, NULL, 0) != j->arch) {
-      size_t used = strlen(j->problems);
-      snprintf(j->problems + used, sizeof j->problems - used,
-               "cubin is for sm_%d; ", sdpa_cubin_arch(cubin, size, NULL, 0));
-    }
+    if (sdpa_cubin_arch(cubin, size, NULL, 0) != j->arch)
+      add_problem(j, "cubin is for sm_%d; ", sdpa_cubin_arch(cubin, size, NULL, 0));
     for (int k = 0; k < 3; k++)
-      if (!sdpa_cubin_has_function(cubin, size, names[k])) {
-        size_t used = strlen(j->problems);
-        snprintf(j->problems + used, sizeof j->problems - used,
-                 "%s missing from the cubin; ", names[k]);
-      }
+      if (!sdpa_cubin_has_function(cubin, size, names[k]))
+        add_problem(j, "%s missing from the cubin; ", names[k]);
     sdpa_free(cubin);
   }
   sdpa_bwd_plan_destroy(plan);
