@@ -50,6 +50,27 @@ static_assert(sdpa_hopper_dq_cols(HOP_CFG, 1) > 0 && WIDE_V1 < DV && WIDE_V1 % 6
 #endif
 constexpr bool WIDE_K_REGS = SDPA_HOPPER_WIDE_K_REGS;
 
+/* 1: the dQ GEMM goes first, and its adds (or its staging and bulk send)
+ * run under the dV and dK GEMMs: with the staging, dQ, dV, dK; without it
+ * (head_dim > 192, dQ in two parts), part 1, dV, part 2, dK, each part's
+ * adds under the GEMM after it. 0: dV, dK, then dQ (part 1, its adds,
+ * part 2, its adds). The define is for measurement (bench_hopper
+ * --define). */
+#ifndef SDPA_HOPPER_WIDE_DQ_INTERLEAVE
+#define SDPA_HOPPER_WIDE_DQ_INTERLEAVE 0
+#endif
+
+/* acc += A B over the step's 64 query columns (k): A the P^T or dS^T
+ * tile (K-major, kv rows x query columns), B the dO or Q box of this
+ * consumer's columns (MN-major); one commit group. */
+template <int N>
+SDPA_DEVICE void wide_acc_gemm(float (&acc)[N / 2], u32 a, u32 b) {
+#pragma unroll
+  for (int kk = 0; kk < HOP_M / 16; ++kk)
+    wgmma_ss<N, 0, 1>(acc, gmma_desc(a + kk * 32, 16, 1024), gmma_desc(b + kk * 2048, BOX_Q, 1024), 1);
+  wgmma_commit();
+}
+
 template <int CW>
 SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 base,
                               const unsigned char *smem) {
@@ -157,43 +178,76 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     mbar_wait(base + BAR_HALVES(buf), (st >> 1) & 1);
 
     /* ---- dV[:, V0..] += P^T dO, dK[:, K0..] += dS^T Q (A K-major from
-     * shared memory, k = query columns; B MN-major from its box). */
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < HOP_M / 16; ++kk)
-      wgmma_ss<NV, 0, 1>(acc_dv, gmma_desc(s_p + kk * 32, 16, 1024),
-                         gmma_desc(s_do + (V0 / 64) * BOX_Q + kk * 2048, BOX_Q, 1024), 1);
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < HOP_M / 16; ++kk)
-      wgmma_ss<NK, 0, 1>(acc_dk, gmma_desc(s_ds + kk * 32, 16, 1024),
-                         gmma_desc(s_q + (K0 / 64) * BOX_Q + kk * 2048, BOX_Q, 1024), 1);
-    wgmma_commit();
-    /* ---- dQ[:, K0..] = dS K, into dq_accum (warp wi holds the tile's
-     * 16-row block wi). Without the staging (head_dim > 192) its adds come
-     * from registers, and the GEMM runs in two parts of at most 64 columns
-     * (the second from the next box): at most 32 dQ accumulators sit next
-     * to the 128 of dK and dV (not measured against one part). */
+     * shared memory, k = query columns; B MN-major from its box), and
+     * dQ[:, K0..] = dS K, into dq_accum (warp wi holds the tile's 16-row
+     * block wi). Without the staging (head_dim > 192) its adds come from
+     * registers, and the GEMM runs in two parts of at most 64 columns (the
+     * second from the next box): at most 32 dQ accumulators sit next to
+     * the 128 of dK and dV. */
     constexpr int NQ1 = (!SDPA_HOPPER_DQ_BULK && NK > 64) ? 64 : NK, NQ2 = NK - NQ1;
-    float dq[NQ1 / 2];
-    dq_gemm<NQ1>(dq, s_ds, s_k, 0, K0);
-    wgmma_commit();
-
-    /* dV, dK done: the stage's Q, dO, LSE and Delta are free. */
-    wgmma_wait<1>();
-    mbar_arrive(base + BAR_EMPTY(stage));
-    wgmma_wait<0>();
-    reg_fence(dq);
-    dq_out<NQ1>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
-    if constexpr (NQ2 > 0) {
+    if constexpr (SDPA_HOPPER_WIDE_DQ_INTERLEAVE && NQ2 > 0) {
+      float dq[NQ1 / 2];
+      wgmma_fence();
+      dq_gemm<NQ1>(dq, s_ds, s_k, 0, K0);
+      wgmma_commit();
+      wide_acc_gemm<NV>(acc_dv, s_p, s_do + (V0 / 64) * BOX_Q);
+      wgmma_wait<1>();
+      reg_fence(dq);
+      dq_out<NQ1>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
       float dq2[NQ2 / 2];
       wgmma_fence();
       dq_gemm<NQ2>(dq2, s_ds, s_k, 0, K0 + NQ1);
       wgmma_commit();
-      wgmma_wait<0>();
+      wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
+      wgmma_wait<1>();
       reg_fence(dq2);
-      dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1,
-                  dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
+      dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1, dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
+      wgmma_wait<0>();
+      mbar_arrive(base + BAR_EMPTY(stage)); /* dV, dK done: the stage is free */
+    } else if constexpr (SDPA_HOPPER_WIDE_DQ_INTERLEAVE) {
+      float dq[NQ1 / 2];
+      wgmma_fence();
+      dq_gemm<NQ1>(dq, s_ds, s_k, 0, K0);
+      wgmma_commit();
+      wide_acc_gemm<NV>(acc_dv, s_p, s_do + (V0 / 64) * BOX_Q);
+      wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
+      wgmma_wait<2>();
+      reg_fence(dq);
+      dq_out<NQ1>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
+      wgmma_wait<0>();
+      mbar_arrive(base + BAR_EMPTY(stage)); /* dV, dK done: the stage is free */
+    } else {
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < HOP_M / 16; ++kk)
+        wgmma_ss<NV, 0, 1>(acc_dv, gmma_desc(s_p + kk * 32, 16, 1024),
+                           gmma_desc(s_do + (V0 / 64) * BOX_Q + kk * 2048, BOX_Q, 1024), 1);
+      wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < HOP_M / 16; ++kk)
+        wgmma_ss<NK, 0, 1>(acc_dk, gmma_desc(s_ds + kk * 32, 16, 1024),
+                           gmma_desc(s_q + (K0 / 64) * BOX_Q + kk * 2048, BOX_Q, 1024), 1);
+      wgmma_commit();
+      float dq[NQ1 / 2];
+      dq_gemm<NQ1>(dq, s_ds, s_k, 0, K0);
+      wgmma_commit();
+
+      /* dV, dK done: the stage's Q, dO, LSE and Delta are free. */
+      wgmma_wait<1>();
+      mbar_arrive(base + BAR_EMPTY(stage));
+      wgmma_wait<0>();
+      reg_fence(dq);
+      dq_out<NQ1>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
+      if constexpr (NQ2 > 0) {
+        float dq2[NQ2 / 2];
+        wgmma_fence();
+        dq_gemm<NQ2>(dq2, s_ds, s_k, 0, K0 + NQ1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(dq2);
+        dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1,
+                    dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
+      }
     }
     advance_step(w, it, h);
     advance_ring(stage, phase, buf);
