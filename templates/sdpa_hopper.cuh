@@ -75,7 +75,8 @@
  * dQ reduced from registers, its carve sdpa_hopper_smem_layout_variant(c,
  * 0, 1)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_STAGGER, SDPA_HOPPER_ABLATE,
  * SDPA_HOPPER_TRACE and SDPA_HOPPER_STAGES_VARIANT (measurement only),
- * SDPA_HOPPER_PRODUCER_REGS / _CONSUMER_REGS.
+ * SDPA_HOPPER_PRODUCER_REGS / _CONSUMER_REGS; the wide kernel's
+ * SDPA_HOPPER_WIDE_K_REGS and SDPA_HOPPER_WIDE_DQ_INTERLEAVE.
  */
 #include "sdpa_params.h"
 #include "sdpa_tensor_maps.h"

@@ -50,14 +50,14 @@ static_assert(sdpa_hopper_dq_cols(HOP_CFG, 1) > 0 && WIDE_V1 < DV && WIDE_V1 % 6
 #endif
 constexpr bool WIDE_K_REGS = SDPA_HOPPER_WIDE_K_REGS;
 
-/* 1: the dQ GEMM goes first, and its adds (or its staging and bulk send)
- * run under the dV and dK GEMMs: with the staging, dQ, dV, dK; without it
- * (head_dim > 192, dQ in two parts), part 1, dV, part 2, dK, each part's
- * adds under the GEMM after it. 0: dV, dK, then dQ (part 1, its adds,
- * part 2, its adds). The define is for measurement (bench_hopper
- * --define). */
+/* 1 (the default): the dQ GEMM goes first, and its adds (or its staging
+ * and bulk send) run under the dV and dK GEMMs: with the staging, dQ, dV,
+ * dK; without it (head_dim > 192, dQ in two parts), part 1, dV, part 2,
+ * dK, each part's adds under the GEMM after it (hd 256: +5 to +7%,
+ * bench/HOPPER-NOTES.md). 0, for measurement (bench_hopper --define): dV,
+ * dK, then dQ (part 1, its adds, part 2, its adds). */
 #ifndef SDPA_HOPPER_WIDE_DQ_INTERLEAVE
-#define SDPA_HOPPER_WIDE_DQ_INTERLEAVE 0
+#define SDPA_HOPPER_WIDE_DQ_INTERLEAVE 1
 #endif
 
 /* acc += A B over the step's 64 query columns (k): A the P^T or dS^T
