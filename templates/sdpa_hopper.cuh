@@ -141,6 +141,11 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
  * kv tile from its first query tile. Measured on the H200 as a variant
  * (bf16 hd 128): 1 gave +1.2 to +1.9% at S 1k-4k without a mask, -2.5 to
  * -4% at S 16k causal; off until the GPU suite has run with it. */
+/* 1: the narrow kernel issues dQ before dK and stages dQ while dK runs
+ * (measurement variant; 0: dK, then dQ). */
+#ifndef SDPA_HOPPER_NARROW_DK_LAST
+#define SDPA_HOPPER_NARROW_DK_LAST 0
+#endif
 #ifndef SDPA_HOPPER_STAGGER
 #define SDPA_HOPPER_STAGGER 0
 #endif
@@ -937,34 +942,59 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     }
     fence_proxy_async();
 
-    /* ---- dK += dS^T Q (Q MN-major). */
+    if constexpr (!SDPA_HOPPER_NARROW_DK_LAST) {
+      /* ---- dK += dS^T Q (Q MN-major). */
 #pragma unroll
-    for (int kk = 0; kk < HOP_M / 16; ++kk)
-      wgmma_rs<D, 1>(acc_dk, df[kk], gmma_desc(s_q + kk * 2048, BOX_Q, 1024), 1);
-    wgmma_commit();
+      for (int kk = 0; kk < HOP_M / 16; ++kk)
+        wgmma_rs<D, 1>(acc_dk, df[kk], gmma_desc(s_q + kk * 2048, BOX_Q, 1024), 1);
+      wgmma_commit();
 
-    /* ---- dQ = dS K once both consumers' dS rows are in (the query tile
-     * split between the consumers: M = 128, 64 rows each; else columns
-     * [d_off, d_off + NQ)). */
-    if (SDPA_HOPPER_ABLATE < 2) {
-      if (DQ_N0 == DQ_N1) /* both consumers in this instantiation */
-        named_barrier_sync(1, CONSUMER_THREADS);
-      else
-        named_barrier_sync_unaligned(1, CONSUMER_THREADS);
-      wgmma_fence();
-      dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
+      /* ---- dQ = dS K once both consumers' dS rows are in (the query tile
+       * split between the consumers: M = 128, 64 rows each; else columns
+       * [d_off, d_off + NQ)). */
+      if (SDPA_HOPPER_ABLATE < 2) {
+        if (DQ_N0 == DQ_N1) /* both consumers in this instantiation */
+          named_barrier_sync(1, CONSUMER_THREADS);
+        else
+          named_barrier_sync_unaligned(1, CONSUMER_THREADS);
+        wgmma_fence();
+        dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
+      }
+      wgmma_commit();
+
+      /* dV, dK done: the stage's Q and dO are free, and its LSE and Delta
+       * rows: every consumer thread arrives (an arrival releases only its
+       * own thread's reads of them). Then dQ retires. */
+      wgmma_wait<1>();
+      mbar_arrive(base + BAR_EMPTY(stage));
+      wgmma_wait<0>();
+      reg_fence(dq);
+      if (DQ_OUT)
+        dq_target = dq_stage<NQ>(w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
+                                 blk_elems);
+    } else {
+      /* dQ before dK: the dQ tile is staged while dK runs. */
+      if (SDPA_HOPPER_ABLATE < 2) {
+        if (DQ_N0 == DQ_N1)
+          named_barrier_sync(1, CONSUMER_THREADS);
+        else
+          named_barrier_sync_unaligned(1, CONSUMER_THREADS);
+        wgmma_fence();
+        dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
+      }
+      wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < HOP_M / 16; ++kk)
+        wgmma_rs<D, 1>(acc_dk, df[kk], gmma_desc(s_q + kk * 2048, BOX_Q, 1024), 1);
+      wgmma_commit();
+      wgmma_wait<1>();
+      reg_fence(dq);
+      if (DQ_OUT)
+        dq_target = dq_stage<NQ>(w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
+                                 blk_elems);
+      wgmma_wait<0>();
+      mbar_arrive(base + BAR_EMPTY(stage)); /* dV, dK done: the stage is free */
     }
-    wgmma_commit();
-
-    /* dV, dK done: the stage's Q and dO are free, and its LSE and Delta
-     * rows: every consumer thread arrives (an arrival releases only its
-     * own thread's reads of them). Then dQ retires. */
-    wgmma_wait<1>();
-    mbar_arrive(base + BAR_EMPTY(stage));
-    wgmma_wait<0>();
-    reg_fence(dq);
-    if (DQ_OUT)
-      dq_target = dq_stage<NQ>(w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first, blk_elems);
     advance_ring(stage, phase, ds);
     advance_step(w, it, h);
   }

@@ -67,7 +67,8 @@ template <int N>
 SDPA_DEVICE void wide_acc_gemm(float (&acc)[N / 2], u32 a, u32 b) {
 #pragma unroll
   for (int kk = 0; kk < HOP_M / 16; ++kk)
-    wgmma_ss<N, 0, 1>(acc, gmma_desc(a + kk * 32, 16, 1024), gmma_desc(b + kk * 2048, BOX_Q, 1024), 1);
+    wgmma_ss<N, 0, 1>(acc, gmma_desc(a + kk * 32, 16, 1024),
+                      gmma_desc(b + kk * 2048, BOX_Q, 1024), 1);
   wgmma_commit();
 }
 
