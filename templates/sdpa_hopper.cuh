@@ -75,8 +75,9 @@
  * dQ reduced from registers, its carve sdpa_hopper_smem_layout_variant(c,
  * 0, 1)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_STAGGER, SDPA_HOPPER_ABLATE,
  * SDPA_HOPPER_TRACE and SDPA_HOPPER_STAGES_VARIANT (measurement only),
- * SDPA_HOPPER_PRODUCER_REGS / _CONSUMER_REGS; the wide kernel's
- * SDPA_HOPPER_WIDE_K_REGS and SDPA_HOPPER_WIDE_DQ_INTERLEAVE.
+ * SDPA_HOPPER_PRODUCER_REGS / _CONSUMER_REGS, SDPA_HOPPER_NARROW_DK_LAST;
+ * the wide kernel's SDPA_HOPPER_WIDE_K_REGS and
+ * SDPA_HOPPER_WIDE_DQ_INTERLEAVE.
  */
 #include "sdpa_params.h"
 #include "sdpa_tensor_maps.h"
@@ -141,10 +142,11 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
  * kv tile from its first query tile. Measured on the H200 as a variant
  * (bf16 hd 128): 1 gave +1.2 to +1.9% at S 1k-4k without a mask, -2.5 to
  * -4% at S 16k causal; off until the GPU suite has run with it. */
-/* 1: the narrow kernel issues dQ before dK and stages dQ while dK runs
- * (measurement variant; 0: dK, then dQ). */
+/* 1 (the default): the narrow kernel issues dQ before dK and stages dQ
+ * while dK runs (hd 128: +2%, bench/HOPPER-NOTES.md); 0, for measurement:
+ * dK, then dQ, staged after both. */
 #ifndef SDPA_HOPPER_NARROW_DK_LAST
-#define SDPA_HOPPER_NARROW_DK_LAST 0
+#define SDPA_HOPPER_NARROW_DK_LAST 1
 #endif
 #ifndef SDPA_HOPPER_STAGGER
 #define SDPA_HOPPER_STAGGER 0
