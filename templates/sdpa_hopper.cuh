@@ -822,6 +822,22 @@ SDPA_DEVICE void issue_rows(float (&acc)[HOP_M / 2], u32 kv_rows, u32 q_rows) {
   wgmma_commit();
 }
 
+/* dQ = dS K once both consumers' dS rows are in (the consumers meet on
+ * named barrier 1; the query tile split between them: M = 128, 64 rows
+ * each; else columns [d_off, d_off + NQ)), one commit group. */
+template <int NQ>
+SDPA_DEVICE void dq_meet_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off, int d_off) {
+  if (SDPA_HOPPER_ABLATE < 2) {
+    if (DQ_N0 == DQ_N1) /* both consumers in this instantiation */
+      named_barrier_sync(1, CONSUMER_THREADS);
+    else
+      named_barrier_sync_unaligned(1, CONSUMER_THREADS);
+    wgmma_fence();
+    dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
+  }
+  wgmma_commit();
+}
+
 /* Consumer cw's loop, NQ its dQ columns. Step st's dQ tile is staged in
  * shared memory at the step's end (dq_stage) and sent (the proxy fence
  * and the bulk issue, dq_send) once step st+1's S^T is in the tensor
@@ -944,29 +960,28 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     }
     fence_proxy_async();
 
-    if constexpr (!SDPA_HOPPER_NARROW_DK_LAST) {
-      /* ---- dK += dS^T Q (Q MN-major). */
+    /* Once dV and dK are done the stage's Q and dO are free, and its LSE
+     * and Delta rows: every consumer thread arrives (an arrival releases
+     * only its own thread's reads of them). */
+    if constexpr (SDPA_HOPPER_NARROW_DK_LAST) { /* dQ staged while dK runs */
+      dq_meet_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
 #pragma unroll
-      for (int kk = 0; kk < HOP_M / 16; ++kk)
+      for (int kk = 0; kk < HOP_M / 16; ++kk) /* dK += dS^T Q (Q MN-major) */
         wgmma_rs<D, 1>(acc_dk, df[kk], gmma_desc(s_q + kk * 2048, BOX_Q, 1024), 1);
       wgmma_commit();
-
-      /* ---- dQ = dS K once both consumers' dS rows are in (the query tile
-       * split between the consumers: M = 128, 64 rows each; else columns
-       * [d_off, d_off + NQ)). */
-      if (SDPA_HOPPER_ABLATE < 2) {
-        if (DQ_N0 == DQ_N1) /* both consumers in this instantiation */
-          named_barrier_sync(1, CONSUMER_THREADS);
-        else
-          named_barrier_sync_unaligned(1, CONSUMER_THREADS);
-        wgmma_fence();
-        dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
-      }
+      wgmma_wait<1>();
+      reg_fence(dq);
+      if (DQ_OUT)
+        dq_target = dq_stage<NQ>(w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
+                                 blk_elems);
+      wgmma_wait<0>();
+      mbar_arrive(base + BAR_EMPTY(stage));
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < HOP_M / 16; ++kk) /* dK += dS^T Q (Q MN-major) */
+        wgmma_rs<D, 1>(acc_dk, df[kk], gmma_desc(s_q + kk * 2048, BOX_Q, 1024), 1);
       wgmma_commit();
-
-      /* dV, dK done: the stage's Q and dO are free, and its LSE and Delta
-       * rows: every consumer thread arrives (an arrival releases only its
-       * own thread's reads of them). Then dQ retires. */
+      dq_meet_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
       wgmma_wait<1>();
       mbar_arrive(base + BAR_EMPTY(stage));
       wgmma_wait<0>();
@@ -974,28 +989,6 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
       if (DQ_OUT)
         dq_target = dq_stage<NQ>(w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
                                  blk_elems);
-    } else {
-      /* dQ before dK: the dQ tile is staged while dK runs. */
-      if (SDPA_HOPPER_ABLATE < 2) {
-        if (DQ_N0 == DQ_N1)
-          named_barrier_sync(1, CONSUMER_THREADS);
-        else
-          named_barrier_sync_unaligned(1, CONSUMER_THREADS);
-        wgmma_fence();
-        dq_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
-      }
-      wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < HOP_M / 16; ++kk)
-        wgmma_rs<D, 1>(acc_dk, df[kk], gmma_desc(s_q + kk * 2048, BOX_Q, 1024), 1);
-      wgmma_commit();
-      wgmma_wait<1>();
-      reg_fence(dq);
-      if (DQ_OUT)
-        dq_target = dq_stage<NQ>(w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
-                                 blk_elems);
-      wgmma_wait<0>();
-      mbar_arrive(base + BAR_EMPTY(stage)); /* dV, dK done: the stage is free */
     }
     advance_ring(stage, phase, ds);
     advance_step(w, it, h);

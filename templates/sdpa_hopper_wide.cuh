@@ -186,50 +186,33 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
      * second from the next box): at most 32 dQ accumulators sit next to
      * the 128 of dK and dV. */
     constexpr int NQ1 = (!SDPA_HOPPER_DQ_BULK && NK > 64) ? 64 : NK, NQ2 = NK - NQ1;
-    if constexpr (SDPA_HOPPER_WIDE_DQ_INTERLEAVE && NQ2 > 0) {
-      float dq[NQ1 / 2];
+    float dq[NQ1 / 2];
+    if constexpr (SDPA_HOPPER_WIDE_DQ_INTERLEAVE) {
       wgmma_fence();
       dq_gemm<NQ1>(dq, s_ds, s_k, 0, K0);
       wgmma_commit();
       wide_acc_gemm<NV>(acc_dv, s_p, s_do + (V0 / 64) * BOX_Q);
-      wgmma_wait<1>();
+      if constexpr (NQ2 == 0) wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
+      wgmma_wait<(NQ2 > 0 ? 1 : 2)>(); /* dQ (part 1) done */
       reg_fence(dq);
       dq_out<NQ1>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
-      float dq2[NQ2 / 2];
-      wgmma_fence();
-      dq_gemm<NQ2>(dq2, s_ds, s_k, 0, K0 + NQ1);
-      wgmma_commit();
-      wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
-      wgmma_wait<1>();
-      reg_fence(dq2);
-      dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1, dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
-      wgmma_wait<0>();
-      mbar_arrive(base + BAR_EMPTY(stage)); /* dV, dK done: the stage is free */
-    } else if constexpr (SDPA_HOPPER_WIDE_DQ_INTERLEAVE) {
-      float dq[NQ1 / 2];
-      wgmma_fence();
-      dq_gemm<NQ1>(dq, s_ds, s_k, 0, K0);
-      wgmma_commit();
-      wide_acc_gemm<NV>(acc_dv, s_p, s_do + (V0 / 64) * BOX_Q);
-      wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
-      wgmma_wait<2>();
-      reg_fence(dq);
-      dq_out<NQ1>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
+      if constexpr (NQ2 > 0) {
+        float dq2[NQ2 / 2];
+        wgmma_fence();
+        dq_gemm<NQ2>(dq2, s_ds, s_k, 0, K0 + NQ1);
+        wgmma_commit();
+        wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
+        wgmma_wait<1>();
+        reg_fence(dq2);
+        dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1, dq2, dq_first + (NQ1 / 8) * 128,
+                    blk_elems);
+      }
       wgmma_wait<0>();
       mbar_arrive(base + BAR_EMPTY(stage)); /* dV, dK done: the stage is free */
     } else {
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < HOP_M / 16; ++kk)
-        wgmma_ss<NV, 0, 1>(acc_dv, gmma_desc(s_p + kk * 32, 16, 1024),
-                           gmma_desc(s_do + (V0 / 64) * BOX_Q + kk * 2048, BOX_Q, 1024), 1);
-      wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < HOP_M / 16; ++kk)
-        wgmma_ss<NK, 0, 1>(acc_dk, gmma_desc(s_ds + kk * 32, 16, 1024),
-                           gmma_desc(s_q + (K0 / 64) * BOX_Q + kk * 2048, BOX_Q, 1024), 1);
-      wgmma_commit();
-      float dq[NQ1 / 2];
+      wide_acc_gemm<NV>(acc_dv, s_p, s_do + (V0 / 64) * BOX_Q);
+      wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
       dq_gemm<NQ1>(dq, s_ds, s_k, 0, K0);
       wgmma_commit();
 
@@ -246,8 +229,8 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(dq2);
-        dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1,
-                    dq2, dq_first + (NQ1 / 8) * 128, blk_elems);
+        dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1, dq2, dq_first + (NQ1 / 8) * 128,
+                    blk_elems);
       }
     }
     advance_step(w, it, h);
