@@ -1203,8 +1203,11 @@ SDPA_DEVICE void persistent_producer(const sdpa_kernel_params &p, const sdpa_ten
   }
 }
 
+/* Consumer cw's tiles (NQ its dQ columns: one instantiation in the loop,
+ * so that the uneven dQ splits' two do not share its registers). */
+template <int NQ>
 SDPA_DEVICE void persistent_consumer(const sdpa_kernel_params &p, u32 base,
-                                     const unsigned char *smem, int wg) {
+                                     const unsigned char *smem, int cw) {
   const Work *slots = (const Work *)(smem + SMEM_WORK);
   int g = 0, kv_n = 0;
 #pragma unroll 1
@@ -1213,7 +1216,7 @@ SDPA_DEVICE void persistent_consumer(const sdpa_kernel_params &p, u32 base,
     const Work &w = slots[n & 1];
     if (w.kv_valid < 0) return;
     const int steps = w.steps;
-    if (w.kv_valid > 0) consume_tile(p, w, base, smem, wg, g, kv_n);
+    if (w.kv_valid > 0) consume<NQ>(p, w, base, smem, cw, g, kv_n);
     mbar_arrive(base + BAR_WORK_EMPTY(n));
     if (steps > 0) {
       g += steps;
@@ -1245,7 +1248,10 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
     persistent_producer(p, maps, base, smem);
   } else {
     setmaxnreg_inc<SDPA_HOPPER_CONSUMER_REGS>();
-    persistent_consumer(p, base, smem, wg);
+    if (DQ_N0 == DQ_N1 || wg == 1)
+      persistent_consumer<DQ_N0>(p, base, smem, wg - 1);
+    else
+      persistent_consumer<DQ_N1>(p, base, smem, wg - 1);
   }
 #else
   Work w;
