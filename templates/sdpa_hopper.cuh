@@ -1132,6 +1132,12 @@ SDPA_DEVICE void consume_tile(const sdpa_kernel_params &p, const Work &w, u32 ba
 }
 
 #if SDPA_HOPPER_PERSIST
+/* Tile n's coordinates (slot n % 2, SMEM_WORK_SLOT). */
+SDPA_DEVICE Work &work_slot(unsigned char *smem, int n) { return *(Work *)(smem + SMEM_WORK_SLOT(n)); }
+SDPA_DEVICE const Work &work_slot(const unsigned char *smem, int n) {
+  return *(const Work *)(smem + SMEM_WORK_SLOT(n));
+}
+
 /* The persistent block's roles over its tiles n = 0, 1, ... Warp 3's
  * lane 0 of the producer warpgroup writes tile n's coordinates in slot
  * n % 2 (once every role is done with tile n - 2's) and arrives on
@@ -1156,7 +1162,7 @@ SDPA_DEVICE void persistent_producer(const sdpa_kernel_params &p, const sdpa_ten
 #pragma unroll 1
     for (int n = 0;; ++n) {
       if (n >= 2) mbar_wait(base + BAR_WORK_EMPTY(n), ((n - 2) >> 1) & 1);
-      Work &w = *(Work *)(smem + SMEM_WORK_SLOT(n)); /* built in place */
+      Work &w = work_slot(smem, n); /* built in place */
       if (by >= (unsigned)p.heads_kv || (n > 0 && stride == 0)) {
         w.kv_valid = -1; /* the end */
         mbar_arrive(base + BAR_WORK_FULL(n));
@@ -1167,7 +1173,6 @@ SDPA_DEVICE void persistent_producer(const sdpa_kernel_params &p, const sdpa_ten
       for (bx += stride; bx >= grid_x;) bx -= grid_x, ++by;
     }
   }
-  const Work *slots = (const Work *)(smem + SMEM_WORK);
   if (warp == 0) {
     if (lane != 0) return;
     tma_prefetch_map(&maps.q);
@@ -1178,7 +1183,7 @@ SDPA_DEVICE void persistent_producer(const sdpa_kernel_params &p, const sdpa_ten
 #pragma unroll 1
     for (int n = 0;; ++n) {
       mbar_wait(base + BAR_WORK_FULL(n), (n >> 1) & 1);
-      const Work &w = slots[n & 1];
+      const Work &w = work_slot(smem, n);
       if (w.kv_valid < 0) return;
       const int steps = w.steps;
       if (steps > 0) {
@@ -1195,7 +1200,7 @@ SDPA_DEVICE void persistent_producer(const sdpa_kernel_params &p, const sdpa_ten
 #pragma unroll 1
   for (int n = 0;; ++n) {
     mbar_wait(base + BAR_WORK_FULL(n), (n >> 1) & 1);
-    const Work &w = slots[n & 1];
+    const Work &w = work_slot(smem, n);
     if (w.kv_valid < 0) return;
     produce_rows(p, w, base, smem, g);
     g += w.steps;
@@ -1208,12 +1213,11 @@ SDPA_DEVICE void persistent_producer(const sdpa_kernel_params &p, const sdpa_ten
 template <int NQ>
 SDPA_DEVICE void persistent_consumer(const sdpa_kernel_params &p, u32 base,
                                      const unsigned char *smem, int cw) {
-  const Work *slots = (const Work *)(smem + SMEM_WORK);
   int g = 0, kv_n = 0;
 #pragma unroll 1
   for (int n = 0;; ++n) {
     mbar_wait(base + BAR_WORK_FULL(n), (n >> 1) & 1);
-    const Work &w = slots[n & 1];
+    const Work &w = work_slot(smem, n);
     if (w.kv_valid < 0) return;
     const int steps = w.steps;
     if (w.kv_valid > 0) consume<NQ>(p, w, base, smem, cw, g, kv_n);
