@@ -182,15 +182,15 @@ static int dq_bulk_defined(int head_dim) {
   return SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim);
 }
 
-/* Whether the kernel of a key with this head dim and mask takes its tiles
+/* Whether the kernel of a key with this head dim, layout and mask takes its tiles
  * in a loop (the traits' rule for non-deterministic keys, or a --define
  * SDPA_HOPPER_PERSIST=0/1): launched then with one block an SM. */
-static int persist_defined(int head_dim, int mask) {
+static int persist_defined(int head_dim, int layout, int mask) {
   for (int i = 0; i < extra_define_count; i++) {
     if (!strcmp(extra_defines[i], "SDPA_HOPPER_PERSIST=1")) return 1;
     if (!strcmp(extra_defines[i], "SDPA_HOPPER_PERSIST=0")) return 0;
   }
-  return sdpa_hopper_persistent_kernel(head_dim, mask, 0);
+  return sdpa_hopper_persistent_kernel(head_dim, layout, mask, 0);
 }
 
 /* The key's configuration; a --define SDPA_HOPPER_STAGES_VARIANT=N
@@ -332,7 +332,8 @@ static int compile_key(hmodule *m) {
     const sdpa_hopper_smem smem =
         sdpa_hopper_smem_layout_variant(key_config(&m->key), dq_bulk_defined(m->key.head_dim),
                                         1 /* not deterministic: one dQ buffer */,
-                                        persist_defined(m->key.head_dim, (int)m->key.mask));
+                                        persist_defined(m->key.head_dim, (int)m->key.layout,
+                                                        (int)m->key.mask));
     ok = drv->cuModuleLoadData(&m->module, cubin) == CUDA_SUCCESS &&
          drv->cuModuleGetFunction(&m->pre, m->module, "sdpa_bwd_preprocess") == CUDA_SUCCESS &&
          drv->cuModuleGetFunction(&m->main, m->module, "sdpa_bwd_main") == CUDA_SUCCESS &&
@@ -586,7 +587,7 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
   if (L->pre_x == 0) L->pre_x = 1;
   L->main_x = (unsigned)sdpa_hopper_grid_x(cfg, c->seqlen_kv, c->batch);
   L->main_y = (unsigned)c->heads_kv;
-  const int persist = persist_defined(cfg.head_dim, (int)c->mask);
+  const int persist = persist_defined(cfg.head_dim, (int)c->layout, (int)c->mask);
   const long long blocks =
       persist ? sdpa_hopper_persistent_blocks((long long)L->main_x * L->main_y,
                                               blocks_given > 0 ? blocks_given : gpu.sm_count)

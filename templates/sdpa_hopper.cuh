@@ -159,7 +159,7 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
  * under a mask (block b's tiles are then of unequal weight). */
 #ifndef SDPA_HOPPER_PERSIST
 #define SDPA_HOPPER_PERSIST \
-  SDPA_HOPPER_PERSISTENT_KERNEL(SDPA_HEAD_DIM, SDPA_MASK, SDPA_DETERMINISTIC)
+  SDPA_HOPPER_PERSISTENT_KERNEL(SDPA_HEAD_DIM, SDPA_LAYOUT, SDPA_MASK, SDPA_DETERMINISTIC)
 #endif
 
 /* Measurement only (bench_hopper --trace): SDPA_HOPPER_TRACE = N records,

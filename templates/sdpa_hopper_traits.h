@@ -18,7 +18,7 @@
  *          y = 1 (any count from 1 up: block b takes tiles b, b + blocks,
  *          ... of the same x-major order)
  *   block  sdpa_hopper_threads(c) = 384
- *   dynamic shared memory sdpa_hopper_smem_layout(c, mask, det).total (set
+ *   dynamic shared memory sdpa_hopper_smem_layout(c, layout, mask, det).total (set
  *          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it: it is
  *          over 48 KiB)
  *   params (sdpa_kernel_params p, sdpa_tensor_maps maps), p filled as for
@@ -72,15 +72,23 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_wide(int head_dim) { return head_dim > SDPA_HO
  * an SM): its producer loads the next tile's K, V and first Q / dO stages
  * while the consumers store the last tile's dK and dV (staged in the dS
  * and dQ buffers, sdpa_hopper_smem_layout_variant), so that a block's
- * prologue and the gap between blocks leave the path. The narrow kernel
- * without a mask (tiles of equal weight: block b takes every
- * blocks-th tile) and not deterministic (whose adds wait on other tiles,
- * each in its own block). A preprocessor expression (the kernel tests it
- * with #if), and the same as a function. */
-#define SDPA_HOPPER_PERSISTENT_KERNEL(head_dim, mask, deterministic) \
-  ((head_dim) <= SDPA_HOPPER_WIDE_ABOVE && (mask) == 0 && !(deterministic))
-SDPA_HOPPER_TRAIT int sdpa_hopper_persistent_kernel(int head_dim, int mask, int deterministic) {
-  return SDPA_HOPPER_PERSISTENT_KERNEL(head_dim, mask, deterministic);
+ * prologue and the gap between blocks leave the path. Where it measured
+ * faster (bench/HOPPER-NOTES.md, the persistent grid): head dims up to 64,
+ * BSHD (layout 1; THD's tiles are of unequal length, and a fixed share of
+ * them a block lost 10% to the hardware's own scheduling at hd 128), no
+ * mask (tiles of equal weight: block b takes every blocks-th tile), not
+ * deterministic (whose adds wait on other tiles, each in its own block).
+ * At hd 128 it measured 1-2% slower and stays off. A preprocessor
+ * expression (the kernel tests it with #if), and the same as a function;
+ * the kernel itself serves any narrow head dim (bench_hopper --define
+ * SDPA_HOPPER_PERSIST=1). */
+#define SDPA_HOPPER_PERSIST_MAX_HEAD_DIM 64
+#define SDPA_HOPPER_PERSISTENT_KERNEL(head_dim, layout, mask, deterministic)                   \
+  ((head_dim) <= SDPA_HOPPER_PERSIST_MAX_HEAD_DIM && (layout) == 1 && (mask) == 0 &&         \
+   !(deterministic))
+SDPA_HOPPER_TRAIT int sdpa_hopper_persistent_kernel(int head_dim, int layout, int mask,
+                                                    int deterministic) {
+  return SDPA_HOPPER_PERSISTENT_KERNEL(head_dim, layout, mask, deterministic);
 }
 
 /* The largest head dim whose kernel has room for the dQ staging (the
@@ -265,12 +273,12 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_dq_buffers(sdpa_hopper_config c, int dq_bulk,
 }
 
 /* The default kernel's carve (what the runtime launches). */
-SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c, int mask,
-                                                           int deterministic) {
+SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c, int layout,
+                                                           int mask, int deterministic) {
   const int bulk = SDPA_HOPPER_DQ_BULK_DEFAULT(c.head_dim);
   return sdpa_hopper_smem_layout_variant(
       c, bulk, sdpa_hopper_dq_buffers(c, bulk, deterministic),
-      sdpa_hopper_persistent_kernel(c.head_dim, mask, deterministic));
+      sdpa_hopper_persistent_kernel(c.head_dim, layout, mask, deterministic));
 }
 
 /* Blocks in x: one per kv tile of each sequence. */
