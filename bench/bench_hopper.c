@@ -37,6 +37,9 @@
  *   --checks | --timed  only the check or the timed cases
  *   --no-twin         timed cases without their small twin's check (the
  *                     comparison with the mma family at full size stays)
+ *   --blocks N        launch a persistent kernel (sdpa_hopper_persistent_kernel,
+ *                     or --define SDPA_HOPPER_PERSIST=1) with N blocks instead
+ *                     of one an SM (checks: every block takes many tiles)
  *   --define TEXT     add "#define TEXT" to every translation unit
  *                     (variants: e.g. SDPA_HOPPER_PRODUCER_REGS=40)
  *   --runs N          timed runs per case (default 20)
@@ -96,6 +99,7 @@ static int have_gpu;
 static sdpa_runtime *runtime;
 static const char *extra_defines[MAX_DEFINES];
 static const char *cubin_dir; /* --cubin-dir: each key's cubin is written there */
+static int blocks_given; /* --blocks N: a persistent kernel's blocks (else one an SM) */
 static int extra_define_count;
 static int order_group_given; /* --order-group; 0: the plan's rule */
 static int memory_bhsd;       /* --memory bhsd: BSHD problems in [B, H, S, D] memory */
@@ -176,6 +180,17 @@ static int dq_bulk_defined(int head_dim) {
     if (!strcmp(extra_defines[i], "SDPA_HOPPER_DQ_BULK=0")) return 0;
   }
   return SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim);
+}
+
+/* Whether the kernel of a key with this head dim, layout and mask takes its tiles
+ * in a loop (the traits' rule for non-deterministic keys, or a --define
+ * SDPA_HOPPER_PERSIST=0/1): launched then with one block an SM. */
+static int persist_defined(int head_dim, int layout, int mask) {
+  for (int i = 0; i < extra_define_count; i++) {
+    if (!strcmp(extra_defines[i], "SDPA_HOPPER_PERSIST=1")) return 1;
+    if (!strcmp(extra_defines[i], "SDPA_HOPPER_PERSIST=0")) return 0;
+  }
+  return sdpa_hopper_persistent_kernel(head_dim, layout, mask, 0);
 }
 
 /* The key's configuration; a --define SDPA_HOPPER_STAGES_VARIANT=N
@@ -316,7 +331,9 @@ static int compile_key(hmodule *m) {
     const sdpa_driver *drv = gpu.drv;
     const sdpa_hopper_smem smem =
         sdpa_hopper_smem_layout_variant(key_config(&m->key), dq_bulk_defined(m->key.head_dim),
-                                        1 /* not deterministic: one dQ buffer */);
+                                        1 /* not deterministic: one dQ buffer */,
+                                        persist_defined(m->key.head_dim, (int)m->key.layout,
+                                                        (int)m->key.mask));
     ok = drv->cuModuleLoadData(&m->module, cubin) == CUDA_SUCCESS &&
          drv->cuModuleGetFunction(&m->pre, m->module, "sdpa_bwd_preprocess") == CUDA_SUCCESS &&
          drv->cuModuleGetFunction(&m->main, m->module, "sdpa_bwd_main") == CUDA_SUCCESS &&
@@ -570,9 +587,19 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
   if (L->pre_x == 0) L->pre_x = 1;
   L->main_x = (unsigned)sdpa_hopper_grid_x(cfg, c->seqlen_kv, c->batch);
   L->main_y = (unsigned)c->heads_kv;
+  const int persist = persist_defined(cfg.head_dim, (int)c->layout, (int)c->mask);
+  const long long blocks =
+      persist ? sdpa_hopper_persistent_blocks((long long)L->main_x * L->main_y,
+                                              blocks_given > 0 ? blocks_given : gpu.sm_count)
+              : 0;
+  if (blocks > 0) {
+    L->main_x = (unsigned)blocks;
+    L->main_y = 1;
+  }
   L->convert_x = (unsigned)((int64_t)p->q_blocks * c->batch * c->heads_q);
   L->smem =
-      sdpa_hopper_smem_layout_variant(with_variants(cfg), dq_bulk_defined(cfg.head_dim), 1).total;
+      sdpa_hopper_smem_layout_variant(with_variants(cfg), dq_bulk_defined(cfg.head_dim), 1, persist)
+          .total;
   return status;
 }
 
@@ -1340,6 +1367,7 @@ static int compile_all_classes(const char *const *filters, int filter_count) {
 static void usage(void) {
   printf("usage: bench_hopper [--compile-only] [--quick] [--checks|--timed] [--case SUBSTR]...\n"
          "                    [--no-twin] [--define NAME=VALUE]... [--runs N] [--seed N]\n"
+         "                    [--blocks N]\n"
          "                    [--order-group N] [--memory bshd|bhsd]\n"
          "                    [--cubin-dir DIR] [--trace DIR]\n");
 }
@@ -1363,6 +1391,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--memory") && i + 1 < argc) memory_bhsd = !strcmp(argv[++i], "bhsd");
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) base_seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--cubin-dir") && i + 1 < argc) cubin_dir = argv[++i];
+    else if (!strcmp(argv[i], "--blocks") && i + 1 < argc) blocks_given = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--trace") && i + 1 < argc && extra_define_count < MAX_DEFINES) {
       trace_dir = argv[++i];
       static char define[64];

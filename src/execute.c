@@ -215,9 +215,15 @@ static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void 
   if (hopper && main_x > 0 &&
       (status = sdpa_hopper_tensor_maps(drv, &plan->fields, d, &p, &maps)))
     return status;
+  /* a persistent kernel (one block an SM, each over every blocks-th tile):
+   * at most the device's multiprocessors; one block a tile where the count
+   * is unknown */
+  const long long persistent =
+      hopper ? sdpa_hopper_persistent_grid(&plan->fields, main_x * d->heads_kv, m->sm_count) : 0;
   if (main_x > 0)
     launches[count++] = (sdpa_launch){m->main, "launching sdpa_bwd_main",
-                                      (unsigned)main_x, (unsigned)d->heads_kv,
+                                      persistent ? (unsigned)persistent : (unsigned)main_x,
+                                      persistent ? 1u : (unsigned)d->heads_kv,
                                       (unsigned)plan->threads, (unsigned)plan->smem_bytes,
                                       hopper};
   if (!fold_dq && aux_blocks > 0 && convert_x > 0)

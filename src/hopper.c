@@ -125,7 +125,7 @@ sdpa_status sdpa_hopper_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_pla
   f->kv_tile = c.kv_tile;
   f->warps = c.warps;
   f->stages = c.stages;
-  *smem_bytes = sdpa_hopper_smem_layout(c, d->deterministic).total;
+  *smem_bytes = sdpa_hopper_smem_layout(c, (int)d->layout, (int)d->mask, d->deterministic).total;
   /* sm_90's 227 KiB (config.c's sdpa_arch_smem_limit) */
   if (*smem_bytes > 232448)
     return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
@@ -141,6 +141,14 @@ int sdpa_hopper_block_threads(const sdpa_key_fields *f) {
 
 long long sdpa_hopper_blocks_x(const sdpa_key_fields *f, int seqlen_kv, int batch) {
   return sdpa_hopper_grid_x(config_of(f), seqlen_kv, batch);
+}
+
+long long sdpa_hopper_persistent_grid(const sdpa_key_fields *f, long long tiles, int sm_count) {
+  if (f->family != SDPA_FAMILY_HOPPER ||
+      !sdpa_hopper_persistent_kernel(f->head_dim, (int)f->layout, (int)f->mask,
+                                     f->deterministic))
+    return 0;
+  return sdpa_hopper_persistent_blocks(tiles, sm_count);
 }
 
 /* Encodes one map (see templates/sdpa_tensor_maps.h). */

@@ -46,6 +46,14 @@ sdpa_status sdpa_hopper_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_pla
 int sdpa_hopper_block_threads(const sdpa_key_fields *f);
 long long sdpa_hopper_blocks_x(const sdpa_key_fields *f, int seqlen_kv, int batch);
 
+/* Blocks of the main kernel's launch when it is persistent
+ * (sdpa_hopper_persistent_kernel in templates/sdpa_hopper_traits.h) over
+ * `tiles` tiles (blocks_x * heads_kv) on sm_count multiprocessors: one
+ * an SM, fewer for fewer tiles; 0 when it is not persistent or sm_count
+ * is unknown (launch blocks_x x heads_kv, one block a tile: the kernel
+ * runs either way). */
+long long sdpa_hopper_persistent_grid(const sdpa_key_fields *f, long long tiles, int sm_count);
+
 /* Encodes the call's four tensor maps (q, k, v, dout) from the bound
  * parameter block `p` (pointers, strides, THD token totals) through the
  * driver's cuTensorMapEncodeTiled. NOT_SUPPORTED when the driver lacks it;

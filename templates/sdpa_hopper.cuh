@@ -152,6 +152,16 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #define SDPA_HOPPER_STAGGER 0
 #endif
 
+/* 1: the kernel takes its tiles in a loop (a persistent grid: block b
+ * takes tiles b, b + gridDim.x, ...; sdpa_hopper_persistent_kernel says
+ * for which keys the runtime launches it so); 0: one tile a block.
+ * Measurement (bench_hopper --define): 0 where the traits say 1, or 1
+ * under a mask (block b's tiles are then of unequal weight). */
+#ifndef SDPA_HOPPER_PERSIST
+#define SDPA_HOPPER_PERSIST \
+  SDPA_HOPPER_PERSISTENT_KERNEL(SDPA_HEAD_DIM, SDPA_LAYOUT, SDPA_MASK, SDPA_DETERMINISTIC)
+#endif
+
 /* Measurement only (bench_hopper --trace): SDPA_HOPPER_TRACE = N records,
  * for the first N blocks of the grid, SDPA_HOPPER_TRACE_SLOTS stamps in
  * the module's global sdpa_hopper_trace (block-major): 0 globaltimer at
@@ -205,9 +215,10 @@ static_assert(128 * SDPA_HOPPER_PRODUCER_REGS +
                   ENTRY_REGS * HOP_THREADS,
               "setmaxnreg budgets within the block's registers (else .inc never returns)");
 
-/* One CTA's work: kv rows [k0, k0 + kv_valid) of sequence b, kv head hk;
- * for each query head of the group, query tiles [it_lo, it_hi], from
- * it_first round to it_first - 1 (SDPA_HOPPER_STAGGER). */
+/* One tile's work: kv rows [k0, k0 + kv_valid) of sequence b, kv head hk
+ * (kv_valid 0: the tile has no rows, nothing to do); for each query head
+ * of the group, query tiles [it_lo, it_hi], from it_first round to
+ * it_first - 1 (SDPA_HOPPER_STAGGER). */
 struct Work {
   int b, hk, sq, skv, k0, kv_valid, it_lo, it_hi, it_first, steps, h_first;
   /* deterministic: whether the adds' order follows the rotation, and
@@ -221,7 +232,9 @@ struct Work {
 /* dQ staging buffers (deterministic kernels: one writer thread each) */
 constexpr int DQ_BUFFERS = sdpa_hopper_dq_buffers(HOP_CFG, SDPA_HOPPER_DQ_BULK, SDPA_DETERMINISTIC);
 constexpr sdpa_hopper_smem HOP_SMEM =
-    sdpa_hopper_smem_layout_variant(HOP_CFG, SDPA_HOPPER_DQ_BULK, DQ_BUFFERS);
+    sdpa_hopper_smem_layout_variant(HOP_CFG, SDPA_HOPPER_DQ_BULK, DQ_BUFFERS, SDPA_HOPPER_PERSIST);
+static_assert(!SDPA_HOPPER_PERSIST || (!HOP_WIDE && !SDPA_DETERMINISTIC),
+              "persistent: the narrow kernel, not deterministic");
 #define SMEM_K HOP_SMEM.k
 #define SMEM_V HOP_SMEM.v
 #define SMEM_Q HOP_SMEM.q
@@ -232,6 +245,8 @@ constexpr sdpa_hopper_smem HOP_SMEM =
 #define SMEM_DELTA HOP_SMEM.delta
 #define SMEM_BAR HOP_SMEM.bar
 #define SMEM_WORK HOP_SMEM.work
+/* tile n's coordinates: slot n % 2 */
+#define SMEM_WORK_SLOT(n) (SMEM_WORK + ((n) & 1) * SDPA_HOPPER_WORK_BYTES)
 #define SMEM_DQ HOP_SMEM.dq
 #define Q_TILE_BYTES sdpa_hopper_tile_bytes(HOP_M, D)
 #define DO_TILE_BYTES sdpa_hopper_tile_bytes(HOP_M, DV)
@@ -255,7 +270,9 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
  * dq_empty[b]: the dQ tile staged by the consumers in buffer b for its
  * dQ writer, and handed back once it has been read, halves[2], v (the V
  * tile in: apart from K, so that the first S^T GEMM waits only for K and
- * Q). */
+ * Q); persistent kernels: kv_empty (the consumers are done with a tile's
+ * K and V: the next tile's may come), work_full[2] (a tile's coordinates
+ * written in slot n % 2) and work_empty[2] (every role done with them). */
 #define BAR_FULL(s) (SMEM_BAR + 8 * (s))
 #define BAR_EMPTY(s) (SMEM_BAR + 8 * (HOP_STAGES + (s)))
 #define BAR_K (SMEM_BAR + 8 * 2 * HOP_STAGES)
@@ -266,7 +283,11 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
  * different instantiations and so different barrier instructions). */
 #define BAR_HALVES(b) (BAR_K + 40 + 8 * (b))
 #define BAR_V (BAR_K + 56)
-static_assert(BAR_V + 8 == SMEM_BAR + 8 * SDPA_HOPPER_BARRIERS(HOP_STAGES), "the barriers' region");
+#define BAR_KV_EMPTY (BAR_K + 64)
+#define BAR_WORK_FULL(n) (BAR_K + 72 + 8 * ((n) & 1))
+#define BAR_WORK_EMPTY(n) (BAR_K + 88 + 8 * ((n) & 1))
+static_assert(BAR_WORK_EMPTY(1) + 8 == SMEM_BAR + 8 * SDPA_HOPPER_BARRIERS(HOP_STAGES),
+              "the barriers' region");
 
 /* dQ staging buffer b of DQ_BUFFERS: a step's [HOP_M / 16][16 x D] fp32 */
 SDPA_DEVICE u32 dq_buffer(u32 base, int b) { return base + SMEM_DQ + b * (HOP_M * D * 4); }
@@ -276,6 +297,8 @@ SDPA_DEVICE u32 dq_buffer(u32 base, int b) { return base + SMEM_DQ + b * (HOP_M 
 #define ROW_THREADS 64
 #define CONSUMER_THREADS (128 * SDPA_HOPPER_CONSUMERS)
 #define FULL_ARRIVALS (1 + ROW_THREADS)
+/* work_empty: the TMA thread, the row threads and every consumer thread */
+#define WORK_ARRIVALS (1 + ROW_THREADS + CONSUMER_THREADS)
 static_assert(!SDPA_DETERMINISTIC || SDPA_HOPPER_DQ_BULK,
               "deterministic dQ goes through the writer's bulk reduce-adds");
 
@@ -304,22 +327,25 @@ static_assert(DQ_SPLIT_M || sdpa_hopper_dq_col0(HOP_CFG, 1) % 64 == 0,
 #define HOP_DESCENDS(p)                                                       \
   (SDPA_DETERMINISTIC && sdpa_hopper_dq_descends(SDPA_MASK, (p).window_right, (p).group))
 
-/* The block's kv tile j, sequence b, kv head hk; the mma family's order
+/* Tile (bx, by)'s kv tile j, sequence b, kv head hk (one tile a block:
+ * the block's index; persistent: the block's n-th tile, flat index
+ * by * grid_x + bx); the mma family's order
  * (sdpa_bwd.cuh, decode_block): no mask: x = b * kv_tiles + j; masked:
  * within groups of p.order_group (sequence, kv head) pairs, kv tile j of
  * each before j + 1 (heaviest first; deterministic plans in index order
  * take every pair as one group), or j + 1 before j where the adds
  * descend (HOP_DESCENDS: lightest first, each block after those whose
  * adds it waits for). */
-SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, int &j, int &b, int &hk) {
-  const unsigned bx = blockIdx.x, by = blockIdx.y;
+SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, unsigned bx, unsigned by,
+                              unsigned grid_x, int &j, int &b, int &hk) {
   const int kv_tiles = (p.seqlen_kv + HOP_N - 1) / HOP_N;
 #if SDPA_MASK == 0
+  (void)grid_x;
   j = bx % kv_tiles;
   b = bx / kv_tiles;
   hk = by;
 #else
-  const sdpa_i64 flat = (sdpa_i64)by * gridDim.x + bx;
+  const sdpa_i64 flat = (sdpa_i64)by * grid_x + bx;
   const sdpa_i64 pairs = (sdpa_i64)p.batch * p.heads_kv;
   const sdpa_i64 span = (sdpa_i64)p.order_group * kv_tiles;
   const sdpa_i64 group = flat / span, first = group * p.order_group;
@@ -364,12 +390,9 @@ SDPA_DEVICE void tma_tile(u32 dst, const sdpa_tensor_map *map, u32 bar, int box,
 #endif
 }
 
-/* Warp 0, one lane: K and V once, then each step's Q and dO. */
-SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 base) {
-  tma_prefetch_map(&maps.q);
-  tma_prefetch_map(&maps.k);
-  tma_prefetch_map(&maps.v);
-  tma_prefetch_map(&maps.dout);
+/* Warp 0, one lane: a tile's K and V once, then each step's Q and dO;
+ * g0 steps of the ring (earlier tiles') before its first. */
+SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 base, int g0) {
   /* K, the first Q, V, the first dO: in the order the first step's
    * GEMMs read them */
   mbar_arrive_expect_tx(base + BAR_K, sdpa_hopper_tile_bytes(HOP_N, D));
@@ -379,7 +402,7 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
   int h = w.h_first, it = w.it_first;
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
-    const int stage = st % HOP_STAGES, use = st / HOP_STAGES;
+    const int g = g0 + st, stage = g % HOP_STAGES, use = g / HOP_STAGES;
     if (use > 0) mbar_wait(base + BAR_EMPTY(stage), (use - 1) & 1);
     const u32 full = base + BAR_FULL(stage);
     mbar_arrive_expect_tx(full, Q_TILE_BYTES + DO_TILE_BYTES);
@@ -406,12 +429,12 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
  * visible key, so that their P is 0) and Delta (0 past the sequence). */
 static_assert(HOP_M % ROW_THREADS == 0, "rows per thread");
 SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 base,
-                              unsigned char *smem) {
+                              unsigned char *smem, int g0) {
   const int tid = threadIdx.x - 32; /* 0 .. ROW_THREADS - 1 */
   int h = w.h_first, it = w.it_first;
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
-    const int stage = st % HOP_STAGES, use = st / HOP_STAGES;
+    const int g = g0 + st, stage = g % HOP_STAGES, use = g / HOP_STAGES;
     if (use > 0) mbar_wait(base + BAR_EMPTY(stage), (use - 1) & 1);
 #if SDPA_LAYOUT == 1
     const float *lse = p.lse + (sdpa_i64)w.b * p.lse_batch + (sdpa_i64)h * p.lse_head;
@@ -594,16 +617,18 @@ SDPA_DEVICE void stmatrix_x2(u32 addr, const u32 (&f)[2]) {
 }
 
 /* The epilogue's staging (finish_consumer): dK and dV as rows of bf16 /
- * fp16 in the Q, dO and dS buffers (free once every GEMM of the block has
- * retired), OUT_PITCH_* bytes a row: an odd number of 16-byte chunks, so
- * that the eight rows of an stmatrix (and eight consecutive chunks read
- * back) fall in distinct bank groups. */
-#define OUT_PITCH_K ((((D + 7) / 8) | 1) * 16)
-#define OUT_PITCH_V ((((DV + 7) / 8) | 1) * 16)
-#define SMEM_OUT_K SMEM_Q
-#define SMEM_OUT_V (SMEM_Q + HOP_N * OUT_PITCH_K)
-static_assert(HOP_N * (OUT_PITCH_K + OUT_PITCH_V) <= SMEM_LSE - SMEM_Q,
-              "the dK / dV staging fits in the Q, dO and dS buffers");
+ * fp16, OUT_PITCH_* bytes a row (sdpa_hopper_out_pitch: conflict-free
+ * stmatrix and reads), in the buffers free once every GEMM of the tile
+ * has retired: one tile a block, from Q on (Q, dO, dS); persistent, from
+ * dS on (dS, P and the dQ staging, the carve grown to hold them), so that
+ * the producer may fill the next tile's Q and dO stages meanwhile. */
+#define OUT_PITCH_K sdpa_hopper_out_pitch(D)
+#define OUT_PITCH_V sdpa_hopper_out_pitch(DV)
+#define SMEM_OUT_K (SDPA_HOPPER_PERSIST ? SMEM_DS : SMEM_Q)
+#define SMEM_OUT_V (SMEM_OUT_K + HOP_N * OUT_PITCH_K)
+static_assert(HOP_N * (OUT_PITCH_K + OUT_PITCH_V) <= (SDPA_HOPPER_PERSIST ? SMEM_LSE : SMEM_DQ) -
+                                                         SMEM_OUT_K,
+              "the dK / dV staging fits in the buffers free at the epilogue");
 
 /* This thread's accumulator fragments (NC columns from col0, times mul)
  * to the staging rows at out: the warp's 16 rows from rbase, stmatrix x4
@@ -688,19 +713,25 @@ SDPA_DEVICE void advance_ring(int &stage, u32 &phase, int &buf) {
   }
 }
 
-/* A consumer's end, both consumers together: once every GEMM of the
- * block has retired, each stages its dK (times the scale) and dV columns
- * (NK from k_col, NV from v_col; its rows: the warp's 16 from row0's
- * 16-row block) in the freed buffers, then all of them store the tile's
- * rows < kv_valid; last, the bulk reduce-adds have read their staged dQ
- * (the block's shared memory must outlive the reads; the adds themselves
- * complete before the kernel does). */
+/* A consumer's end of a tile, both consumers together: once every GEMM
+ * of the tile has retired, each stages its dK (times the scale) and dV
+ * columns (NK from k_col, NV from v_col; its rows: the warp's 16 from
+ * row0's 16-row block) in the freed buffers, then all of them store the
+ * tile's rows < kv_valid. The bulk reduce-adds must have read their
+ * staged dQ: persistent, before the staging (which covers it), and both
+ * consumers meet again after the stores (the next tile's dS and dQ go
+ * where the rows were staged); else last (the block's shared memory must
+ * outlive the reads; the adds themselves complete before the kernel
+ * does). */
 template <int NK, int NV>
 SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w, u32 base,
                                  const float (&acc_dk)[NK / 2], const float (&acc_dv)[NV / 2],
                                  int row0, int k_col, int v_col) {
   /* the consumers run different instantiations (the wide kernel, uneven
    * dQ splits): the unaligned barrier */
+#if SDPA_HOPPER_PERSIST && SDPA_HOPPER_DQ_BULK
+  bulk_wait_read();
+#endif
   named_barrier_sync_unaligned(1, CONSUMER_THREADS);
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(5, trace_clock());
   stage_rows<NK>(base + SMEM_OUT_K, OUT_PITCH_K, acc_dk, p.scale, row0 & ~15, k_col);
@@ -710,7 +741,9 @@ SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w, u32
                p.dk_seq, base + SMEM_OUT_K, OUT_PITCH_K, w.kv_valid);
   copy_rows<DV>((u16 *)p.dv + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dv_batch, p.dv_seq, p.dv_head),
                 p.dv_seq, base + SMEM_OUT_V, OUT_PITCH_V, w.kv_valid);
-#if SDPA_HOPPER_DQ_BULK && !SDPA_DETERMINISTIC
+#if SDPA_HOPPER_PERSIST
+  named_barrier_sync_unaligned(1, CONSUMER_THREADS);
+#elif SDPA_HOPPER_DQ_BULK && !SDPA_DETERMINISTIC
   bulk_wait_read();
 #endif
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) {
@@ -838,7 +871,9 @@ SDPA_DEVICE void dq_meet_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off,
   wgmma_commit();
 }
 
-/* Consumer cw's loop, NQ its dQ columns. Step st's dQ tile is staged in
+/* Consumer cw's loop over a tile, NQ its dQ columns; g0 steps of the ring
+ * (earlier tiles') before its first, kv_n tiles' K and V before its own
+ * (the parity of their barriers). Step st's dQ tile is staged in
  * shared memory at the step's end (dq_stage) and sent (the proxy fence
  * and the bulk issue, dq_send) once step st+1's S^T is in the tensor
  * pipe, so that the fence's wait does not leave the tensor cores idle
@@ -847,7 +882,7 @@ SDPA_DEVICE void dq_meet_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off,
  * wgmmas across the loop's back edge otherwise (C7514, C7517). */
 template <int NQ>
 SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
-                         const unsigned char *smem, int cw) {
+                         const unsigned char *smem, int cw, int g0, int kv_n) {
   const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int row0 = 64 * cw + 16 * wi + g; /* kv row of e = 0, 1 */
@@ -870,12 +905,12 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
 
   /* Steps: the group's heads h, each head's query tiles it; stage and its
    * phase follow the ring, ds the dS buffer. */
-  int h = w.h_first, it = w.it_first, stage = 0, ds = 0;
-  u32 phase = 0;
+  int h = w.h_first, it = w.it_first, stage = g0 % HOP_STAGES, ds = g0 & 1;
+  u32 phase = (g0 / HOP_STAGES) & 1;
   const u32 s_kr = base + SMEM_K + cw * 64 * 128, s_vr = base + SMEM_V + cw * 64 * 128;
   float dq[NQ / 2];
   float *dq_target = nullptr; /* where the staged dQ slice goes (dq_stage) */
-  if (w.steps > 0) mbar_wait(base + BAR_K, 0); /* V: before the first dP^T */
+  if (w.steps > 0) mbar_wait(base + BAR_K, kv_n & 1); /* V: before the first dP^T */
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(3, trace_clock());
 #pragma unroll 1
   for (int st = 0; st < w.steps; ++st) {
@@ -890,8 +925,8 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     float s[HOP_M / 2], dp[HOP_M / 2];
     issue_rows<D_STEPS>(s, s_kr, s_q);
     if (DQ_OUT && st > 0)
-      dq_send<NQ>(base, st - 1, q_off / 16 + wi, d_off, dq_target);
-    if (st == 0) mbar_wait(base + BAR_V, 0);
+      dq_send<NQ>(base, g0 + st - 1, q_off / 16 + wi, d_off, dq_target);
+    if (st == 0) mbar_wait(base + BAR_V, kv_n & 1);
     issue_rows<DV_STEPS>(dp, s_vr, s_do);
 
     /* ---- P^T, packed as the A operand of dV += P^T dO. */
@@ -972,7 +1007,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
       wgmma_wait<1>();
       reg_fence(dq);
       if (DQ_OUT)
-        dq_target = dq_stage<NQ>(w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
+        dq_target = dq_stage<NQ>(w, base, g0 + st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
                                  blk_elems);
       wgmma_wait<0>();
       mbar_arrive(base + BAR_EMPTY(stage));
@@ -987,15 +1022,17 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
       wgmma_wait<0>();
       reg_fence(dq);
       if (DQ_OUT)
-        dq_target = dq_stage<NQ>(w, base, st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
+        dq_target = dq_stage<NQ>(w, base, g0 + st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
                                  blk_elems);
     }
     advance_ring(stage, phase, ds);
     advance_step(w, it, h);
   }
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(4, trace_clock());
+  /* every GEMM of the tile has retired: the next tile's K and V may come */
+  if (SDPA_HOPPER_PERSIST && w.steps > 0) mbar_arrive(base + BAR_KV_EMPTY);
   if (DQ_OUT && w.steps > 0)
-    dq_send<NQ>(base, w.steps - 1, q_off / 16 + wi, d_off, dq_target);
+    dq_send<NQ>(base, g0 + w.steps - 1, q_off / 16 + wi, d_off, dq_target);
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
   finish_consumer<D, DV>(p, w, base, acc_dk, acc_dv, row0, 0, 0);
 }
@@ -1006,24 +1043,16 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
 
 /* ------------------------------------------------------------------ main */
 
-extern "C" __global__ void __launch_bounds__(HOP_THREADS, 1)
-sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
-              const __grid_constant__ sdpa_tensor_maps maps) {
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const u32 raw = smem_u32(smem_raw);
-  const u32 base = (raw + 1023) & ~1023u;
-  unsigned char *smem = smem_raw + (base - raw);
-
-  if (SDPA_HOPPER_TRACE && threadIdx.x == 0) {
-    trace_mark(0, trace_globaltimer());
-    trace_mark(1, (unsigned long long)trace_smid() << 32);
-    trace_mark(2, trace_clock());
-  }
-  Work w;
+/* Tile (bx, by)'s coordinates into w (its rows and steps 0 where it has
+ * none, or where its THD sequence's bounds are bad: `report` flags them
+ * then, from one tile of the sequence). */
+SDPA_DEVICE void make_work(const sdpa_kernel_params &p, unsigned bx, unsigned by, unsigned grid_x,
+                           bool reporter, Work &w) {
   int j;
-  decode_block(p, j, w.b, w.hk);
-  if (!sequence_bounds(p, w.b, w.q0, w.kv0, w.sq, w.skv,
-                       j == 0 && w.hk == 0 && threadIdx.x == 0))
+  decode_block(p, bx, by, grid_x, j, w.b, w.hk);
+  w.kv_valid = w.steps = 0;
+  w.h_first = w.hk * p.group;
+  if (!sequence_bounds(p, w.b, w.q0, w.kv0, w.sq, w.skv, reporter && j == 0 && w.hk == 0))
     return;
   w.k0 = j * HOP_N;
   if (w.k0 >= w.skv) return;
@@ -1063,26 +1092,181 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
     w.it_first = w.it_lo + (T - w.rot_jm) % T;
   }
 #endif
-  w.h_first = w.hk * p.group;
+}
+
+SDPA_DEVICE void init_barriers(u32 base) {
+#pragma unroll
+  for (int s = 0; s < HOP_STAGES; ++s) {
+    mbar_init(base + BAR_FULL(s), FULL_ARRIVALS);
+    mbar_init(base + BAR_EMPTY(s), CONSUMER_THREADS);
+  }
+  mbar_init(base + BAR_K, 1);
+  mbar_init(base + BAR_V, 1);
+  for (int b = 0; b < 2; ++b) {
+    mbar_init(base + BAR_DQ_FULL(b), CONSUMER_THREADS);
+    mbar_init(base + BAR_DQ_EMPTY(b), 1);
+    mbar_init(base + BAR_HALVES(b), CONSUMER_THREADS);
+    mbar_init(base + BAR_WORK_FULL(b), 1);
+    mbar_init(base + BAR_WORK_EMPTY(b), WORK_ARRIVALS);
+  }
+  mbar_init(base + BAR_KV_EMPTY, CONSUMER_THREADS);
+  mbar_init_fence();
+}
+
+/* A consumer warpgroup's tile: the narrow kernel's consume (NQ dQ
+ * columns of consumer wg - 1) or the wide kernel's. */
+SDPA_DEVICE void consume_tile(const sdpa_kernel_params &p, const Work &w, u32 base,
+                              const unsigned char *smem, int wg, int g0, int kv_n) {
+#if HOP_WIDE
+  (void)g0, (void)kv_n;
+  if (wg == 1)
+    consume_wide<0>(p, w, base, smem);
+  else
+    consume_wide<1>(p, w, base, smem);
+#else
+  if (DQ_N0 == DQ_N1 || wg == 1)
+    consume<DQ_N0>(p, w, base, smem, wg - 1, g0, kv_n);
+  else
+    consume<DQ_N1>(p, w, base, smem, wg - 1, g0, kv_n);
+#endif
+}
+
+#if SDPA_HOPPER_PERSIST
+/* Tile n's coordinates (slot n % 2, SMEM_WORK_SLOT). */
+SDPA_DEVICE Work &work_slot(unsigned char *smem, int n) { return *(Work *)(smem + SMEM_WORK_SLOT(n)); }
+SDPA_DEVICE const Work &work_slot(const unsigned char *smem, int n) {
+  return *(const Work *)(smem + SMEM_WORK_SLOT(n));
+}
+
+/* The persistent block's roles over its tiles n = 0, 1, ... Warp 3's
+ * lane 0 of the producer warpgroup writes tile n's coordinates in slot
+ * n % 2 (once every role is done with tile n - 2's) and arrives on
+ * work_full, and after the last tile an end mark (kv_valid -1); each role
+ * waits for it, runs the tile, and arrives on work_empty. The ring (stages, the dS buffers, the dQ staging) runs on
+ * across tiles; the producer loads a tile's K and V once the consumers
+ * are done with the last tile's (kv_empty), while they store its dK and
+ * dV. The producer warpgroup's roles and the consumers' are apart so that
+ * each runs within its setmaxnreg budget. */
+SDPA_DEVICE void persistent_producer(const sdpa_kernel_params &p, const sdpa_tensor_maps &maps,
+                                     u32 base, unsigned char *smem) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (warp == 3) {
+    if (lane != 0) return;
+    /* tile (bx, by) of the x-major order over grid_x x heads_kv: the
+     * block's index, then every gridDim.x-th (a grid of one row; a grid
+     * of the kernel's tiles, x by heads_kv, gives each block one) */
+    const unsigned grid_x = (unsigned)(((sdpa_i64)p.seqlen_kv + HOP_N - 1) / HOP_N * p.batch);
+    const unsigned stride = gridDim.y > 1 ? 0u : gridDim.x;
+    unsigned bx = blockIdx.x, by = blockIdx.y;
+    while (bx >= grid_x) bx -= grid_x, ++by;
+#pragma unroll 1
+    for (int n = 0;; ++n) {
+      if (n >= 2) mbar_wait(base + BAR_WORK_EMPTY(n), ((n - 2) >> 1) & 1);
+      Work &w = work_slot(smem, n); /* built in place */
+      if (by >= (unsigned)p.heads_kv || (n > 0 && stride == 0)) {
+        w.kv_valid = -1; /* the end */
+        mbar_arrive(base + BAR_WORK_FULL(n));
+        return;
+      }
+      make_work(p, bx, by, grid_x, true, w);
+      mbar_arrive(base + BAR_WORK_FULL(n));
+      for (bx += stride; bx >= grid_x;) bx -= grid_x, ++by;
+    }
+  }
+  if (warp == 0) {
+    if (lane != 0) return;
+    tma_prefetch_map(&maps.q);
+    tma_prefetch_map(&maps.k);
+    tma_prefetch_map(&maps.v);
+    tma_prefetch_map(&maps.dout);
+    int g = 0, kv_n = 0; /* ring steps and K / V loads of the earlier tiles */
+#pragma unroll 1
+    for (int n = 0;; ++n) {
+      mbar_wait(base + BAR_WORK_FULL(n), (n >> 1) & 1);
+      const Work &w = work_slot(smem, n);
+      if (w.kv_valid < 0) return;
+      const int steps = w.steps;
+      if (steps > 0) {
+        if (kv_n > 0) mbar_wait(base + BAR_KV_EMPTY, (kv_n - 1) & 1);
+        produce_tiles(maps, w, base, g);
+        g += steps;
+        ++kv_n;
+      }
+      mbar_arrive(base + BAR_WORK_EMPTY(n));
+    }
+    return;
+  }
+  int g = 0; /* warps 1, 2: ring steps of the earlier tiles */
+#pragma unroll 1
+  for (int n = 0;; ++n) {
+    mbar_wait(base + BAR_WORK_FULL(n), (n >> 1) & 1);
+    const Work &w = work_slot(smem, n);
+    if (w.kv_valid < 0) return;
+    produce_rows(p, w, base, smem, g);
+    g += w.steps;
+    mbar_arrive(base + BAR_WORK_EMPTY(n));
+  }
+}
+
+/* Consumer cw's tiles (NQ its dQ columns: one instantiation in the loop,
+ * so that the uneven dQ splits' two do not share its registers). */
+template <int NQ>
+SDPA_DEVICE void persistent_consumer(const sdpa_kernel_params &p, u32 base,
+                                     const unsigned char *smem, int cw) {
+  int g = 0, kv_n = 0;
+#pragma unroll 1
+  for (int n = 0;; ++n) {
+    mbar_wait(base + BAR_WORK_FULL(n), (n >> 1) & 1);
+    const Work &w = work_slot(smem, n);
+    if (w.kv_valid < 0) return;
+    const int steps = w.steps;
+    if (w.kv_valid > 0) consume<NQ>(p, w, base, smem, cw, g, kv_n);
+    mbar_arrive(base + BAR_WORK_EMPTY(n));
+    if (steps > 0) {
+      g += steps;
+      ++kv_n;
+    }
+  }
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(HOP_THREADS, 1)
+sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
+              const __grid_constant__ sdpa_tensor_maps maps) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 raw = smem_u32(smem_raw);
+  const u32 base = (raw + 1023) & ~1023u;
+  unsigned char *smem = smem_raw + (base - raw);
+
+  if (SDPA_HOPPER_TRACE && threadIdx.x == 0) {
+    trace_mark(0, trace_globaltimer());
+    trace_mark(1, (unsigned long long)trace_smid() << 32);
+    trace_mark(2, trace_clock());
+  }
+#if SDPA_HOPPER_PERSIST
+  if (threadIdx.x == 0) init_barriers(base);
+  __syncthreads();
+  const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
+  if (wg == 0) {
+    setmaxnreg_dec<SDPA_HOPPER_PRODUCER_REGS>();
+    persistent_producer(p, maps, base, smem);
+  } else {
+    setmaxnreg_inc<SDPA_HOPPER_CONSUMER_REGS>();
+    if (DQ_N0 == DQ_N1 || wg == 1)
+      persistent_consumer<DQ_N0>(p, base, smem, wg - 1);
+    else
+      persistent_consumer<DQ_N1>(p, base, smem, wg - 1);
+  }
+#else
+  Work w;
+  make_work(p, blockIdx.x, blockIdx.y, gridDim.x, threadIdx.x == 0, w);
+  if (w.kv_valid == 0) return;
   if (SDPA_HOPPER_TRACE && threadIdx.x == 0)
     trace_mark(1, (unsigned long long)trace_smid() << 32 | (unsigned)(w.steps + 1));
 
   if (threadIdx.x == 0) {
     *(Work *)(smem + SMEM_WORK) = w;
-#pragma unroll
-    for (int s = 0; s < HOP_STAGES; ++s) {
-      mbar_init(base + BAR_FULL(s), FULL_ARRIVALS);
-      mbar_init(base + BAR_EMPTY(s), CONSUMER_THREADS);
-    }
-    mbar_init(base + BAR_K, 1);
-    mbar_init(base + BAR_V, 1);
-    for (int b = 0; b < 2; ++b) {
-      mbar_init(base + BAR_DQ_FULL(b), CONSUMER_THREADS);
-      mbar_init(base + BAR_DQ_EMPTY(b), 1);
-    }
-    mbar_init(base + BAR_HALVES(0), CONSUMER_THREADS);
-    mbar_init(base + BAR_HALVES(1), CONSUMER_THREADS);
-    mbar_init_fence();
+    init_barriers(base);
   }
   __syncthreads();
 
@@ -1094,27 +1278,22 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
     const int warp = threadIdx.x >> 5;
     if (warp == 0) {
       if ((threadIdx.x & 31) == 0 && w.steps > 0) {
-        produce_tiles(maps, w, base);
+        tma_prefetch_map(&maps.q);
+        tma_prefetch_map(&maps.k);
+        tma_prefetch_map(&maps.v);
+        tma_prefetch_map(&maps.dout);
+        produce_tiles(maps, w, base, 0);
         if (SDPA_HOPPER_TRACE) trace_mark(7, trace_clock());
       }
     } else if (warp == 1 || warp == 2) {
-      produce_rows(p, *(const Work *)(smem + SMEM_WORK), base, smem);
+      produce_rows(p, *(const Work *)(smem + SMEM_WORK), base, smem, 0);
     } else if (SDPA_DETERMINISTIC && (threadIdx.x & 31) < DQ_BUFFERS) {
       write_dq(p, *(const Work *)(smem + SMEM_WORK), base, threadIdx.x & 31);
     }
   } else {
     setmaxnreg_inc<SDPA_HOPPER_CONSUMER_REGS>();
     /* the block's coordinates from shared memory, read where used */
-#if HOP_WIDE
-    if (wg == 1)
-      consume_wide<0>(p, *(const Work *)(smem + SMEM_WORK), base, smem);
-    else
-      consume_wide<1>(p, *(const Work *)(smem + SMEM_WORK), base, smem);
-#else
-    if (DQ_N0 == DQ_N1 || wg == 1)
-      consume<DQ_N0>(p, *(const Work *)(smem + SMEM_WORK), base, smem, wg - 1);
-    else
-      consume<DQ_N1>(p, *(const Work *)(smem + SMEM_WORK), base, smem, wg - 1);
-#endif
+    consume_tile(p, *(const Work *)(smem + SMEM_WORK), base, smem, wg, 0, 0);
   }
+#endif
 }

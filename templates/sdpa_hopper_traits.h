@@ -10,11 +10,15 @@
  *
  * Launch of the family's sdpa_bwd_main (preprocess before it and convert
  * after it as for the mma family, sdpa_aux.cuh):
- *   grid   x = sdpa_hopper_grid_x(c, seqlen_kv, batch) = ceil(seqlen_kv /
- *          kv_tile) * batch (THD: seqlen_kv is the max_s hint),
- *          y = heads_kv
+ *   grid   the kernel's tiles: x = sdpa_hopper_grid_x(c, seqlen_kv, batch)
+ *          = ceil(seqlen_kv / kv_tile) * batch (THD: seqlen_kv is the
+ *          max_s hint), y = heads_kv; a persistent kernel
+ *          (sdpa_hopper_persistent) may instead be launched with
+ *          sdpa_hopper_persistent_blocks(tiles, sm_count) blocks in x and
+ *          y = 1 (any count from 1 up: block b takes tiles b, b + blocks,
+ *          ... of the same x-major order)
  *   block  sdpa_hopper_threads(c) = 384
- *   dynamic shared memory sdpa_hopper_smem_layout(c, det).total (set
+ *   dynamic shared memory sdpa_hopper_smem_layout(c, layout, mask, det).total (set
  *          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it: it is
  *          over 48 KiB)
  *   params (sdpa_kernel_params p, sdpa_tensor_maps maps), p filled as for
@@ -63,6 +67,29 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_supported(int head_dim, int head_dim_v) {
  * dS^T through shared memory). */
 #define SDPA_HOPPER_WIDE_ABOVE 128
 SDPA_HOPPER_TRAIT int sdpa_hopper_wide(int head_dim) { return head_dim > SDPA_HOPPER_WIDE_ABOVE; }
+
+/* Whether a kernel takes its tiles in a loop (a persistent grid, one block
+ * an SM): its producer loads the next tile's K, V and first Q / dO stages
+ * while the consumers store the last tile's dK and dV (staged in the dS
+ * and dQ buffers, sdpa_hopper_smem_layout_variant), so that a block's
+ * prologue and the gap between blocks leave the path. Where it measured
+ * faster (bench/HOPPER-NOTES.md, the persistent grid): head dims up to 64,
+ * BSHD (layout 1; THD's tiles are of unequal length, and a fixed share of
+ * them a block lost 10% to the hardware's own scheduling at hd 128), no
+ * mask (tiles of equal weight: block b takes every blocks-th tile), not
+ * deterministic (whose adds wait on other tiles, each in its own block).
+ * At hd 128 it measured 1-2% slower and stays off. A preprocessor
+ * expression (the kernel tests it with #if), and the same as a function;
+ * the kernel itself serves any narrow head dim (bench_hopper --define
+ * SDPA_HOPPER_PERSIST=1). */
+#define SDPA_HOPPER_PERSIST_MAX_HEAD_DIM 64
+#define SDPA_HOPPER_PERSISTENT_KERNEL(head_dim, layout, mask, deterministic)                   \
+  ((head_dim) <= SDPA_HOPPER_PERSIST_MAX_HEAD_DIM && (layout) == 1 && (mask) == 0 &&         \
+   !(deterministic))
+SDPA_HOPPER_TRAIT int sdpa_hopper_persistent_kernel(int head_dim, int layout, int mask,
+                                                    int deterministic) {
+  return SDPA_HOPPER_PERSISTENT_KERNEL(head_dim, layout, mask, deterministic);
+}
 
 /* The largest head dim whose kernel has room for the dQ staging (the
  * wide kernel's carve at 256 is 231,616 bytes without it; with it, up to
@@ -123,18 +150,19 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_tile_bytes(int rows, int cols) {
  *   Q [stages][M x d], dO [stages][M x dv]  TMA ring
  *   dS [2][N x M]  kv rows x query columns, boxes of 64 query columns
  *   P  [2][N x M]  the same for P^T (the wide kernel's; empty otherwise)
- *   lse2 [stages][M] fp32: LSE * log2 e, +inf for rows past the sequence
- *        or with no visible key; delta [stages][M] fp32 (0 past it)
- *   bar  mbarriers: full[stages], empty[stages], kv, dq_full[2],
- *        dq_empty[2], halves[2], v (8 bytes each)
- *   work the block's coordinates (SDPA_HOPPER_WORK_BYTES), written once
- *        and read by the consumers where needed, so that they stay out
- *        of the registers across the main loop
  *   dq   [dq_buffers][q_tile / 16][16 x head_dim] fp32, each 16-row
  *        block in dq_accum's fragment order: the staging of the bulk
  *        reduce-adds of dQ (dq_bulk, the kernel's SDPA_HOPPER_DQ_BULK;
  *        empty with dQ reduced from registers), one step's per buffer
- *        (sdpa_hopper_dq_buffers)
+ *        (sdpa_hopper_dq_buffers); a persistent kernel's epilogue stages
+ *        dK and dV rows (sdpa_hopper_out_pitch) from dS on, the region
+ *        grown to hold them where dS, P and dq do not
+ *   lse2 [stages][M] fp32: LSE * log2 e, +inf for rows past the sequence
+ *        or with no visible key; delta [stages][M] fp32 (0 past it)
+ *   bar  mbarriers (SDPA_HOPPER_BARRIERS)
+ *   work two slots of a tile's coordinates (SDPA_HOPPER_WORK_BYTES each),
+ *        written once a tile and read by the consumers where needed, so
+ *        that they stay out of the registers across the main loop
  * `carve` is where they end; `total`, the dynamic shared memory to launch
  * with, adds 1024 bytes for the alignment of the base. */
 typedef struct sdpa_hopper_smem {
@@ -183,17 +211,25 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_wide_k_regs(int head_dim, int head_dim_v) {
              SDPA_HOPPER_WIDE_REG_ROOM;
 }
 
-#define SDPA_HOPPER_WORK_BYTES 128
+#define SDPA_HOPPER_WORK_BYTES 128 /* a tile's coordinates; two slots */
 /* Stamps a block records under SDPA_HOPPER_TRACE (sdpa_hopper.cuh; read
  * by bench_hopper --trace). */
 #define SDPA_HOPPER_TRACE_SLOTS 10
 /* The kernel's mbarriers (sdpa_hopper.cuh, BAR_*): full and empty per
- * stage, then k, dq_full[2], dq_empty[2], halves[2], v. */
-#define SDPA_HOPPER_BARRIERS(stages) (2 * (stages) + 8)
+ * stage, then k, dq_full[2], dq_empty[2], halves[2], v, kv_empty,
+ * work_full[2], work_empty[2]. */
+#define SDPA_HOPPER_BARRIERS(stages) (2 * (stages) + 13)
+
+/* Bytes of a row of `cols` 16-bit elements in the epilogue's dK / dV
+ * staging: an odd number of 16-byte chunks, so that the eight rows of
+ * an stmatrix (and eight consecutive chunks read back) fall in distinct
+ * bank groups. */
+SDPA_HOPPER_TRAIT int sdpa_hopper_out_pitch(int cols) { return (((cols + 7) / 8) | 1) * 16; }
 
 SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_config c,
                                                                   int dq_bulk,
-                                                                  int dq_buffers) {
+                                                                  int dq_buffers,
+                                                                  int persistent) {
   sdpa_hopper_smem s = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   s.k = 0;
   s.v = s.k + sdpa_hopper_tile_bytes(c.kv_tile, c.head_dim);
@@ -201,13 +237,17 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
   s.dout = s.q + c.stages * sdpa_hopper_tile_bytes(c.q_tile, c.head_dim);
   s.ds = s.dout + c.stages * sdpa_hopper_tile_bytes(c.q_tile, c.head_dim_v);
   s.p = s.ds + 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile);
-  s.lse2 = s.p + (sdpa_hopper_wide(c.head_dim) ? 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile) : 0);
+  s.dq = s.p + (sdpa_hopper_wide(c.head_dim) ? 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile) : 0);
+  s.lse2 = s.dq + (dq_bulk ? dq_buffers * c.q_tile * c.head_dim * 4 : 0);
+  if (persistent) { /* the epilogue's dK / dV rows from s.ds on */
+    const int out = c.kv_tile * (sdpa_hopper_out_pitch(c.head_dim) +
+                                 sdpa_hopper_out_pitch(c.head_dim_v));
+    if (s.lse2 < s.ds + out) s.lse2 = s.ds + out;
+  }
   s.delta = s.lse2 + c.stages * c.q_tile * 4;
   s.bar = s.delta + c.stages * c.q_tile * 4;
   s.work = (s.bar + 8 * SDPA_HOPPER_BARRIERS(c.stages) + 15) / 16 * 16;
-  s.dq = s.work + SDPA_HOPPER_WORK_BYTES;
-  if (dq_bulk) s.dq = (s.dq + 127) / 128 * 128;
-  s.carve = s.dq + (dq_bulk ? dq_buffers * c.q_tile * c.head_dim * 4 : 0);
+  s.carve = s.work + 2 * SDPA_HOPPER_WORK_BYTES;
   s.total = s.carve + 1024;
   return s;
 }
@@ -227,21 +267,30 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
 SDPA_HOPPER_TRAIT int sdpa_hopper_dq_buffers(sdpa_hopper_config c, int dq_bulk,
                                              int deterministic) {
   return dq_bulk && deterministic && !sdpa_hopper_wide(c.head_dim) &&
-                 sdpa_hopper_smem_layout_variant(c, dq_bulk, 2).total <= 232448
+                 sdpa_hopper_smem_layout_variant(c, dq_bulk, 2, 0).total <= 232448
              ? 2
              : 1;
 }
 
 /* The default kernel's carve (what the runtime launches). */
-SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c,
-                                                           int deterministic) {
+SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c, int layout,
+                                                           int mask, int deterministic) {
   const int bulk = SDPA_HOPPER_DQ_BULK_DEFAULT(c.head_dim);
-  return sdpa_hopper_smem_layout_variant(c, bulk, sdpa_hopper_dq_buffers(c, bulk, deterministic));
+  return sdpa_hopper_smem_layout_variant(
+      c, bulk, sdpa_hopper_dq_buffers(c, bulk, deterministic),
+      sdpa_hopper_persistent_kernel(c.head_dim, layout, mask, deterministic));
 }
 
 /* Blocks in x: one per kv tile of each sequence. */
 SDPA_HOPPER_TRAIT long long sdpa_hopper_grid_x(sdpa_hopper_config c, int seqlen_kv, int batch) {
   return ((long long)seqlen_kv + c.kv_tile - 1) / c.kv_tile * (long long)batch;
+}
+
+/* Blocks of a persistent kernel's launch over `tiles` tiles (grid_x *
+ * heads_kv) on a device of sm_count multiprocessors (one block an SM);
+ * 0 if sm_count is unknown (launch one block a tile). */
+SDPA_HOPPER_TRAIT long long sdpa_hopper_persistent_blocks(long long tiles, int sm_count) {
+  return sm_count <= 0 ? 0 : tiles < sm_count ? tiles : sm_count;
 }
 
 #endif /* SDPA_HOPPER_TRAITS_H */

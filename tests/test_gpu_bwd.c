@@ -510,6 +510,10 @@ static const case_spec matrix_specs[] = {
     BSHD_CASE("batch_256_none", 256, 2, 1, 4, 4, 128, 0, NONE, 0, 0, 0, PACKED, LP, 0),
     BSHD_CASE("heads_128", 1, 128, 128, 5, 5, 64, 0, NONE, 0, 0, 0, PACKED, LP, 0),
     BSHD_CASE("heads_128_gqa", 2, 128, 16, 7, 9, 128, 0, TL, 0, 0, 0, PACKED, LTOK, 0),
+    /* more tiles than a GPU has SMs: a persistent kernel's blocks take
+     * several each */
+    BSHD_CASE("tiles_432", 3, 48, 48, 200, 333, 64, 0, NONE, 0, 0, 0, PADDED, LTOK, 0),
+    BSHD_CASE("tiles_320_hd128", 2, 40, 40, 150, 520, 128, 0, NONE, 0, 0, 0, PACKED, LP, 0),
     /* scale */
     BSHD_CASE("scale_0.3", 1, 2, 2, 100, 100, 64, 0, TL, 0, 0, 0.3f, PACKED, LP, 0),
     BSHD_CASE("scale_0.05_hd256", 1, 1, 1, 100, 100, 256, 0, NONE, 0, 0, 0.05f, PACKED, LP, 0),
@@ -531,6 +535,8 @@ static const case_spec matrix_specs[] = {
     THD_EXACT("thd_gqa_8_2", 7, 8, 2, 64, 0, BR, 0, 0, 0, PACKED, LTOK, 0, LENS_Q_MIXED,
              LENS_KV_MIXED),
     THD_CASE("thd_mqa_8_1", 7, 8, 1, 128, 0, NONE, 0, 0, 0.2f, PACKED, LPAD, 0, LENS_Q_MIXED,
+             LENS_KV_MIXED),
+    THD_CASE("thd_many_tiles", 7, 48, 48, 96, 0, NONE, 0, 0, 0, PACKED, LP, 0, LENS_Q_MIXED,
              LENS_KV_MIXED),
     THD_CASE("thd_head_major", 7, 2, 2, 64, 0, TL, 0, 0, 0, HEADS, LTOK, 0, LENS_Q_MIXED,
              LENS_KV_MIXED),
