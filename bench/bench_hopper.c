@@ -172,25 +172,29 @@ typedef struct hmodule {
 static hmodule modules[MAX_MODULES];
 static int module_count;
 
+/* The value of the first --define NAME=0 or NAME=1, else `fallback`. */
+static int define_switch(const char *name, int fallback) {
+  const size_t n = strlen(name);
+  for (int i = 0; i < extra_define_count; i++) {
+    const char *d = extra_defines[i];
+    if (!strncmp(d, name, n) && d[n] == '=' && (d[n + 1] == '0' || d[n + 1] == '1') && !d[n + 2])
+      return d[n + 1] - '0';
+  }
+  return fallback;
+}
+
 /* Whether the kernels reduce dQ by bulk reduce-adds (the default, or a
  * --define SDPA_HOPPER_DQ_BULK=0/1: it changes the shared-memory carve). */
 static int dq_bulk_defined(int head_dim) {
-  for (int i = 0; i < extra_define_count; i++) {
-    if (!strcmp(extra_defines[i], "SDPA_HOPPER_DQ_BULK=1")) return 1;
-    if (!strcmp(extra_defines[i], "SDPA_HOPPER_DQ_BULK=0")) return 0;
-  }
-  return SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim);
+  return define_switch("SDPA_HOPPER_DQ_BULK", SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim));
 }
 
 /* Whether the kernel of a key with this head dim, layout and mask takes its tiles
  * in a loop (the traits' rule for non-deterministic keys, or a --define
  * SDPA_HOPPER_PERSIST=0/1): launched then with one block an SM. */
 static int persist_defined(int head_dim, int layout, int mask) {
-  for (int i = 0; i < extra_define_count; i++) {
-    if (!strcmp(extra_defines[i], "SDPA_HOPPER_PERSIST=1")) return 1;
-    if (!strcmp(extra_defines[i], "SDPA_HOPPER_PERSIST=0")) return 0;
-  }
-  return sdpa_hopper_persistent_kernel(head_dim, layout, mask, 0);
+  return define_switch("SDPA_HOPPER_PERSIST",
+                       sdpa_hopper_persistent_kernel(head_dim, layout, mask, 0));
 }
 
 /* The key's configuration; a --define SDPA_HOPPER_STAGES_VARIANT=N

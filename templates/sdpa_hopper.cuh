@@ -390,6 +390,14 @@ SDPA_DEVICE void tma_tile(u32 dst, const sdpa_tensor_map *map, u32 bar, int box,
 #endif
 }
 
+/* The four tensor maps into the TMA unit's cache (once a block). */
+SDPA_DEVICE void prefetch_maps(const sdpa_tensor_maps &maps) {
+  tma_prefetch_map(&maps.q);
+  tma_prefetch_map(&maps.k);
+  tma_prefetch_map(&maps.v);
+  tma_prefetch_map(&maps.dout);
+}
+
 /* Warp 0, one lane: a tile's K and V once, then each step's Q and dO;
  * g0 steps of the ring (earlier tiles') before its first. */
 SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 base, int g0) {
@@ -1133,20 +1141,39 @@ SDPA_DEVICE void consume_tile(const sdpa_kernel_params &p, const Work &w, u32 ba
 
 #if SDPA_HOPPER_PERSIST
 /* Tile n's coordinates (slot n % 2, SMEM_WORK_SLOT). */
-SDPA_DEVICE Work &work_slot(unsigned char *smem, int n) { return *(Work *)(smem + SMEM_WORK_SLOT(n)); }
+SDPA_DEVICE Work &work_slot(unsigned char *smem, int n) {
+  return *(Work *)(smem + SMEM_WORK_SLOT(n));
+}
 SDPA_DEVICE const Work &work_slot(const unsigned char *smem, int n) {
   return *(const Work *)(smem + SMEM_WORK_SLOT(n));
+}
+
+/* Runs role(w) over the block's tiles n = 0, 1, ... (each once its
+ * coordinates are in slot n % 2, work_full), until the end mark; then
+ * arrives on work_empty (role reads what it needs of w before it returns:
+ * the slot is rewritten after). */
+template <class Role>
+SDPA_DEVICE void each_tile(u32 base, const unsigned char *smem, Role &&role) {
+#pragma unroll 1
+  for (int n = 0;; ++n) {
+    mbar_wait(base + BAR_WORK_FULL(n), (n >> 1) & 1);
+    const Work &w = work_slot(smem, n);
+    if (w.kv_valid < 0) return;
+    role(w);
+    mbar_arrive(base + BAR_WORK_EMPTY(n));
+  }
 }
 
 /* The persistent block's roles over its tiles n = 0, 1, ... Warp 3's
  * lane 0 of the producer warpgroup writes tile n's coordinates in slot
  * n % 2 (once every role is done with tile n - 2's) and arrives on
  * work_full, and after the last tile an end mark (kv_valid -1); each role
- * waits for it, runs the tile, and arrives on work_empty. The ring (stages, the dS buffers, the dQ staging) runs on
- * across tiles; the producer loads a tile's K and V once the consumers
- * are done with the last tile's (kv_empty), while they store its dK and
- * dV. The producer warpgroup's roles and the consumers' are apart so that
- * each runs within its setmaxnreg budget. */
+ * waits for it, runs the tile, and arrives on work_empty (each_tile).
+ * The ring (stages, the dS buffers, the dQ staging) runs on across
+ * tiles; the producer loads a tile's K and V once the consumers are done
+ * with the last tile's (kv_empty), while they store its dK and dV. The
+ * producer warpgroup's roles and the consumers' are apart so that each
+ * runs within its setmaxnreg budget. */
 SDPA_DEVICE void persistent_producer(const sdpa_kernel_params &p, const sdpa_tensor_maps &maps,
                                      u32 base, unsigned char *smem) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -1155,7 +1182,7 @@ SDPA_DEVICE void persistent_producer(const sdpa_kernel_params &p, const sdpa_ten
     /* tile (bx, by) of the x-major order over grid_x x heads_kv: the
      * block's index, then every gridDim.x-th (a grid of one row; a grid
      * of the kernel's tiles, x by heads_kv, gives each block one) */
-    const unsigned grid_x = (unsigned)(((sdpa_i64)p.seqlen_kv + HOP_N - 1) / HOP_N * p.batch);
+    const unsigned grid_x = (unsigned)sdpa_hopper_grid_x(HOP_CFG, p.seqlen_kv, p.batch);
     const unsigned stride = gridDim.y > 1 ? 0u : gridDim.x;
     unsigned bx = blockIdx.x, by = blockIdx.y;
     while (bx >= grid_x) bx -= grid_x, ++by;
@@ -1173,39 +1200,24 @@ SDPA_DEVICE void persistent_producer(const sdpa_kernel_params &p, const sdpa_ten
       for (bx += stride; bx >= grid_x;) bx -= grid_x, ++by;
     }
   }
+  int g = 0, kv_n = 0; /* ring steps and K / V loads of the earlier tiles */
   if (warp == 0) {
     if (lane != 0) return;
-    tma_prefetch_map(&maps.q);
-    tma_prefetch_map(&maps.k);
-    tma_prefetch_map(&maps.v);
-    tma_prefetch_map(&maps.dout);
-    int g = 0, kv_n = 0; /* ring steps and K / V loads of the earlier tiles */
-#pragma unroll 1
-    for (int n = 0;; ++n) {
-      mbar_wait(base + BAR_WORK_FULL(n), (n >> 1) & 1);
-      const Work &w = work_slot(smem, n);
-      if (w.kv_valid < 0) return;
-      const int steps = w.steps;
-      if (steps > 0) {
+    prefetch_maps(maps);
+    each_tile(base, smem, [&](const Work &w) {
+      if (w.steps > 0) {
         if (kv_n > 0) mbar_wait(base + BAR_KV_EMPTY, (kv_n - 1) & 1);
         produce_tiles(maps, w, base, g);
-        g += steps;
+        g += w.steps;
         ++kv_n;
       }
-      mbar_arrive(base + BAR_WORK_EMPTY(n));
-    }
+    });
     return;
   }
-  int g = 0; /* warps 1, 2: ring steps of the earlier tiles */
-#pragma unroll 1
-  for (int n = 0;; ++n) {
-    mbar_wait(base + BAR_WORK_FULL(n), (n >> 1) & 1);
-    const Work &w = work_slot(smem, n);
-    if (w.kv_valid < 0) return;
+  each_tile(base, smem, [&](const Work &w) { /* warps 1, 2 */
     produce_rows(p, w, base, smem, g);
     g += w.steps;
-    mbar_arrive(base + BAR_WORK_EMPTY(n));
-  }
+  });
 }
 
 /* Consumer cw's tiles (NQ its dQ columns: one instantiation in the loop,
@@ -1214,19 +1226,13 @@ template <int NQ>
 SDPA_DEVICE void persistent_consumer(const sdpa_kernel_params &p, u32 base,
                                      const unsigned char *smem, int cw) {
   int g = 0, kv_n = 0;
-#pragma unroll 1
-  for (int n = 0;; ++n) {
-    mbar_wait(base + BAR_WORK_FULL(n), (n >> 1) & 1);
-    const Work &w = work_slot(smem, n);
-    if (w.kv_valid < 0) return;
-    const int steps = w.steps;
+  each_tile(base, smem, [&](const Work &w) {
     if (w.kv_valid > 0) consume<NQ>(p, w, base, smem, cw, g, kv_n);
-    mbar_arrive(base + BAR_WORK_EMPTY(n));
-    if (steps > 0) {
-      g += steps;
+    if (w.steps > 0) {
+      g += w.steps;
       ++kv_n;
     }
-  }
+  });
 }
 #endif
 
@@ -1278,10 +1284,7 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
     const int warp = threadIdx.x >> 5;
     if (warp == 0) {
       if ((threadIdx.x & 31) == 0 && w.steps > 0) {
-        tma_prefetch_map(&maps.q);
-        tma_prefetch_map(&maps.k);
-        tma_prefetch_map(&maps.v);
-        tma_prefetch_map(&maps.dout);
+        prefetch_maps(maps);
         produce_tiles(maps, w, base, 0);
         if (SDPA_HOPPER_TRACE) trace_mark(7, trace_clock());
       }
