@@ -75,8 +75,7 @@
  * dQ reduced from registers, its carve sdpa_hopper_smem_layout_variant(c,
  * 0, 1)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_STAGGER, SDPA_HOPPER_ABLATE,
  * SDPA_HOPPER_TRACE and SDPA_HOPPER_STAGES_VARIANT (measurement only),
- * SDPA_HOPPER_PRODUCER_REGS / _CONSUMER_REGS, SDPA_HOPPER_NARROW_DK_LAST,
- * SDPA_HOPPER_BULK_OUT;
+ * SDPA_HOPPER_PRODUCER_REGS / _CONSUMER_REGS, SDPA_HOPPER_NARROW_DK_LAST;
  * the wide kernel's SDPA_HOPPER_WIDE_K_REGS and
  * SDPA_HOPPER_WIDE_DQ_INTERLEAVE.
  */
@@ -665,8 +664,7 @@ SDPA_DEVICE void stage_rows(u32 out, int pitch, const float (&acc)[NC / 2], floa
 
 /* Staged rows (COLS columns, pitch bytes apart) to global memory at dst
  * (row stride ld elements), rows < valid: every consumer thread, one
- * 16-byte chunk at a time, consecutive threads on consecutive chunks
- * (SDPA_HOPPER_BULK_OUT 0). */
+ * 16-byte chunk at a time, consecutive threads on consecutive chunks. */
 template <int COLS>
 SDPA_DEVICE void copy_rows(u16 *dst, sdpa_i64 ld, u32 out, int pitch, int valid) {
   constexpr int CHUNKS = COLS / 8;
@@ -683,44 +681,6 @@ SDPA_DEVICE void copy_rows(u16 *dst, sdpa_i64 ld, u32 out, int pitch, int valid)
                    "r"(v1), "r"(v2), "r"(v3)
                    : "memory");
     }
-  }
-}
-
-/* 1: the epilogue stores dK and dV by bulk copies (send_rows); 0:
- * from registers (copy_rows). The persistent kernel keeps 0: its head
- * dim 64 classes spill 4-16 bytes with the bulk copies. 0 where 1 is the
- * default: measurement (bench_hopper --define). */
-#ifndef SDPA_HOPPER_BULK_OUT
-#define SDPA_HOPPER_BULK_OUT (!SDPA_HOPPER_PERSIST)
-#endif
-static_assert(!(SDPA_HOPPER_BULK_OUT && SDPA_HOPPER_PERSIST),
-              "the persistent kernel stores dK and dV from registers");
-
-/* The staged dK and dV rows of tile w (COLS_K / COLS_V columns,
- * OUT_PITCH_K / OUT_PITCH_V bytes apart from SMEM_OUT_K / SMEM_OUT_V) to
- * p.dk / p.dv, rows < w.kv_valid: one bulk copy a row, consumer thread t
- * the rows x = t, t + CONSUMER_THREADS, ... of the 2 HOP_N (dK's first).
- * The staging's writers have made it visible to the async proxy before
- * the barrier that hands it over; each issuing thread waits for its
- * copies' reads (bulk_wait_read) before the staging is written again or
- * the block exits. The writes complete before the kernel does. */
-template <int COLS_K, int COLS_V>
-SDPA_DEVICE void send_rows(const sdpa_kernel_params &p, const Work &w, u32 base) {
-  constexpr int ROUNDS = (2 * HOP_N + CONSUMER_THREADS - 1) / CONSUMER_THREADS;
-#pragma unroll
-  for (int k = 0; k < ROUNDS; ++k) {
-    const int x = (int)threadIdx.x - 128 + k * CONSUMER_THREADS;
-    if (2 * HOP_N % CONSUMER_THREADS != 0 && x >= 2 * HOP_N) break;
-    const bool is_k = x < HOP_N;
-    const int r = is_k ? x : x - HOP_N;
-    if (!SDPA_EVEN && r >= w.kv_valid) continue;
-    const sdpa_i64 off =
-        is_k ? kv_row_offset(w.b, w.kv0, w.k0 + r, w.hk, p.dk_batch, p.dk_seq, p.dk_head)
-             : kv_row_offset(w.b, w.kv0, w.k0 + r, w.hk, p.dv_batch, p.dv_seq, p.dv_head);
-    bulk_store((u16 *)(is_k ? p.dk : p.dv) + off,
-               is_k ? base + SMEM_OUT_K + (u32)r * OUT_PITCH_K
-                    : base + SMEM_OUT_V + (u32)r * OUT_PITCH_V,
-               (is_k ? COLS_K : COLS_V) * 2);
   }
 }
 
@@ -765,13 +725,12 @@ SDPA_DEVICE void advance_ring(int &stage, u32 &phase, int &buf) {
  * of the tile has retired, each stages its dK (times the scale) and dV
  * columns (NK from k_col, NV from v_col; its rows: the warp's 16 from
  * row0's 16-row block) in the freed buffers, then all of them store the
- * tile's rows < kv_valid. One tile a block: by bulk copies (send_rows),
- * whose reads each thread waits for, as for its dQ reduce-adds' (the
- * block's shared memory must outlive them; the writes complete before
- * the kernel does). Persistent: from registers (copy_rows), the dQ adds'
- * reads waited for before the staging (which covers their slices), and
- * both consumers meet again after the stores (the next tile's dS and dQ
- * go where the rows were staged). */
+ * tile's rows < kv_valid. The bulk reduce-adds must have read their
+ * staged dQ: persistent, before the staging (which covers it), and both
+ * consumers meet again after the stores (the next tile's dS and dQ go
+ * where the rows were staged); else last (the block's shared memory must
+ * outlive the reads; the adds themselves complete before the kernel
+ * does). */
 template <int NK, int NV>
 SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w, u32 base,
                                  const float (&acc_dk)[NK / 2], const float (&acc_dv)[NV / 2],
@@ -785,7 +744,6 @@ SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w, u32
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(5, trace_clock());
   stage_rows<NK>(base + SMEM_OUT_K, OUT_PITCH_K, acc_dk, p.scale, row0 & ~15, k_col);
   stage_rows<NV>(base + SMEM_OUT_V, OUT_PITCH_V, acc_dv, 1.f, row0 & ~15, v_col);
-#if !SDPA_HOPPER_BULK_OUT
   named_barrier_sync_unaligned(1, CONSUMER_THREADS);
   copy_rows<D>((u16 *)p.dk + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head),
                p.dk_seq, base + SMEM_OUT_K, OUT_PITCH_K, w.kv_valid);
@@ -794,12 +752,6 @@ SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w, u32
 #if SDPA_HOPPER_PERSIST
   named_barrier_sync_unaligned(1, CONSUMER_THREADS);
 #elif SDPA_HOPPER_DQ_BULK && !SDPA_DETERMINISTIC
-  bulk_wait_read();
-#endif
-#else
-  fence_proxy_async();
-  named_barrier_sync_unaligned(1, CONSUMER_THREADS);
-  send_rows<D, DV>(p, w, base);
   bulk_wait_read();
 #endif
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) {
