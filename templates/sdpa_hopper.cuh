@@ -229,18 +229,8 @@ struct Work {
 };
 
 /* Shared-memory carve (sdpa_hopper_traits.h). */
-/* dQ staging buffers (deterministic kernels: two where they fit) */
+/* dQ staging buffers (deterministic kernels: one writer thread each) */
 constexpr int DQ_BUFFERS = sdpa_hopper_dq_buffers(HOP_CFG, SDPA_HOPPER_DQ_BULK, SDPA_DETERMINISTIC);
-/* Deterministic plans: the dQ writers (write_dq), each over every
- * DQ_WRITERS-th step, twice the staging buffers, so that a writer's wait
- * for its adds' completion runs beside the next writer's adds from the
- * same buffer; DQ_BUFFERS (one writer a buffer): measurement. */
-#ifndef SDPA_HOPPER_DQ_WRITERS
-#define SDPA_HOPPER_DQ_WRITERS (2 * DQ_BUFFERS)
-#endif
-constexpr int DQ_WRITERS = SDPA_HOPPER_DQ_WRITERS;
-static_assert(DQ_WRITERS % DQ_BUFFERS == 0 && DQ_WRITERS <= 4,
-              "whole rounds of the staging buffers, a dq_full barrier a writer");
 constexpr sdpa_hopper_smem HOP_SMEM =
     sdpa_hopper_smem_layout_variant(HOP_CFG, SDPA_HOPPER_DQ_BULK, DQ_BUFFERS, SDPA_HOPPER_PERSIST);
 static_assert(!SDPA_HOPPER_PERSIST || (!HOP_WIDE && !SDPA_DETERMINISTIC),
@@ -276,10 +266,9 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
               "the carve fits sm_90's 227 KiB with the base's alignment");
 
 /* Barriers (8 bytes each from SMEM_BAR, SDPA_HOPPER_BARRIERS of them):
- * full[s], empty[s], k (the K tile in), (deterministic plans) dq_full[k]
- * (the dQ tile of a step st with st % DQ_WRITERS = k staged by the
- * consumers for dQ writer k), dq_empty[b] (staging buffer b handed back
- * once its writer has read it), halves[2], v (the V
+ * full[s], empty[s], k (the K tile in), (deterministic plans) dq_full[b],
+ * dq_empty[b]: the dQ tile staged by the consumers in buffer b for its
+ * dQ writer, and handed back once it has been read, halves[2], v (the V
  * tile in: apart from K, so that the first S^T GEMM waits only for K and
  * Q); persistent kernels: kv_empty (the consumers are done with a tile's
  * K and V: the next tile's may come), work_full[2] (a tile's coordinates
@@ -287,16 +276,16 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
 #define BAR_FULL(s) (SMEM_BAR + 8 * (s))
 #define BAR_EMPTY(s) (SMEM_BAR + 8 * (HOP_STAGES + (s)))
 #define BAR_K (SMEM_BAR + 8 * 2 * HOP_STAGES)
-#define BAR_DQ_FULL(k) (BAR_K + 8 + 8 * (k))
-#define BAR_DQ_EMPTY(b) (BAR_K + 40 + 8 * (b))
+#define BAR_DQ_FULL(b) (BAR_K + 8 + 8 * (b))
+#define BAR_DQ_EMPTY(b) (BAR_K + 24 + 8 * (b))
 /* The wide kernel: both consumers' P^T and dS^T halves of buffer b in
  * (sdpa_hopper_wide.cuh; an mbarrier, since the two consumers run
  * different instantiations and so different barrier instructions). */
-#define BAR_HALVES(b) (BAR_K + 56 + 8 * (b))
-#define BAR_V (BAR_K + 72)
-#define BAR_KV_EMPTY (BAR_K + 80)
-#define BAR_WORK_FULL(n) (BAR_K + 88 + 8 * ((n) & 1))
-#define BAR_WORK_EMPTY(n) (BAR_K + 104 + 8 * ((n) & 1))
+#define BAR_HALVES(b) (BAR_K + 40 + 8 * (b))
+#define BAR_V (BAR_K + 56)
+#define BAR_KV_EMPTY (BAR_K + 64)
+#define BAR_WORK_FULL(n) (BAR_K + 72 + 8 * ((n) & 1))
+#define BAR_WORK_EMPTY(n) (BAR_K + 88 + 8 * ((n) & 1))
 static_assert(BAR_WORK_EMPTY(1) + 8 == SMEM_BAR + 8 * SDPA_HOPPER_BARRIERS(HOP_STAGES),
               "the barriers' region");
 
@@ -523,49 +512,43 @@ SDPA_DEVICE int dq_rank(const sdpa_kernel_params &p, const Work &w, int it) {
   return w.rot_q * a + below + w.rot_jd;
 }
 
-/* Warp 3, lane `k` of DQ_WRITERS (deterministic plans): the dQ tile of
- * each step st with st % DQ_WRITERS == k, staged by the consumers in
- * buffer st % DQ_BUFFERS, into dq_accum in a fixed order of the kv tiles
- * that visit query tile (h, it) (dq_rank: index order, descending or the
+/* Warp 3, lane `buf` of DQ_BUFFERS (deterministic plans): the dQ tile of
+ * each step st with st % DQ_BUFFERS == buf, staged by the consumers in
+ * buffer buf, into dq_accum in a fixed order of the kv tiles that
+ * visit query tile (h, it) (dq_rank: index order, descending or the
  * rotation's).
  * Wait until the ones before this tile in it are done (the tile's counter
- * holds how many) and for the staged tile (dq_full[k]); add it, one
+ * holds how many) and for the staged tile (dq_full); add it, one
  * bulk reduce-add per 16-row block inside the sequence; hand the staging
  * back once read (dq_empty); wait for the adds to be complete (not only
- * read), then pass the turn on. The consumers, and the writer of the
- * buffer's next step, run on meanwhile. A buffer's steps reach its
- * writers in order: the consumers stage step st + DQ_BUFFERS only once
- * st's writer has read st. */
-SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, int k) {
+ * read), then pass the turn on. The consumers run on meanwhile. */
+SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, int buf) {
+  const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
+  float *const dq_tile0 = p.dq_accum + dq_block_base(p, w.b, w.q0) * blk_elems;
+  const u32 staged = dq_buffer(base, buf);
   int h = w.h_first, it = w.it_first;
+  if (buf) advance_step(w, it, h);
 #pragma unroll 1
-  for (int j = 0; j < k; ++j) advance_step(w, it, h);
-#pragma unroll 1
-  for (int st = k; st < w.steps; st += DQ_WRITERS) {
+  for (int st = buf; st < w.steps; st += DQ_BUFFERS) {
     const int i0 = it * HOP_M;
     int *const sem = q_tile_counter(p, h, w.b, it);
     const int kv_rank = dq_rank(p, w, it);
     dq_turn_wait(sem, kv_rank);
-    mbar_wait(base + BAR_DQ_FULL(k), (st / DQ_WRITERS) & 1);
+    mbar_wait(base + BAR_DQ_FULL(buf), (st / DQ_BUFFERS) & 1);
     fence_proxy_async_global(); /* the adds after the counter's acquire */
-    /* read here, after the waits (the writer runs on the producer's few
-     * registers) */
-    const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
-    float *const dqa = p.dq_accum + dq_block_base(p, w.b, w.q0) * blk_elems +
-                       (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
-    const u32 staged = dq_buffer(base, st % DQ_BUFFERS);
+    float *const dqa = dq_tile0 + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
 #pragma unroll 1
     for (int rb = 0; rb < HOP_M / 16; ++rb)
       if (SDPA_EVEN || i0 + 16 * rb < w.sq)
         bulk_reduce_add_f32(dqa + rb * blk_elems, staged + rb * (D * 16 * 4), D * 16 * 4);
     bulk_wait_read();
-    mbar_arrive(base + BAR_DQ_EMPTY(st % DQ_BUFFERS));
+    mbar_arrive(base + BAR_DQ_EMPTY(buf));
     bulk_wait_all();
     fence_proxy_async_global();
     __threadfence();
     dq_turn_pass(sem, kv_rank + 1);
 #pragma unroll 1
-    for (int j = 0; j < DQ_WRITERS; ++j) advance_step(w, it, h);
+    for (int k = 0; k < DQ_BUFFERS; ++k) advance_step(w, it, h);
   }
 }
 
@@ -846,7 +829,7 @@ SDPA_DEVICE void dq_send(u32 base, int st, int rb, int d_off, float *const dqa) 
 #if SDPA_HOPPER_DQ_BULK && SDPA_DETERMINISTIC
   (void)rb, (void)d_off, (void)dqa;
   fence_proxy_async();
-  mbar_arrive(base + BAR_DQ_FULL(st % DQ_WRITERS));
+  mbar_arrive(base + BAR_DQ_FULL(st % DQ_BUFFERS));
 #elif SDPA_HOPPER_DQ_BULK
   if (!dqa || SDPA_HOPPER_ABLATE == 3) return;
   fence_proxy_async();
@@ -1127,8 +1110,8 @@ SDPA_DEVICE void init_barriers(u32 base) {
   }
   mbar_init(base + BAR_K, 1);
   mbar_init(base + BAR_V, 1);
-  for (int k = 0; k < 4; ++k) mbar_init(base + BAR_DQ_FULL(k), CONSUMER_THREADS);
   for (int b = 0; b < 2; ++b) {
+    mbar_init(base + BAR_DQ_FULL(b), CONSUMER_THREADS);
     mbar_init(base + BAR_DQ_EMPTY(b), 1);
     mbar_init(base + BAR_HALVES(b), CONSUMER_THREADS);
     mbar_init(base + BAR_WORK_FULL(b), 1);
@@ -1307,7 +1290,7 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
       }
     } else if (warp == 1 || warp == 2) {
       produce_rows(p, *(const Work *)(smem + SMEM_WORK), base, smem, 0);
-    } else if (SDPA_DETERMINISTIC && (threadIdx.x & 31) < DQ_WRITERS) {
+    } else if (SDPA_DETERMINISTIC && (threadIdx.x & 31) < DQ_BUFFERS) {
       write_dq(p, *(const Work *)(smem + SMEM_WORK), base, threadIdx.x & 31);
     }
   } else {

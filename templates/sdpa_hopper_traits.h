@@ -216,9 +216,9 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_wide_k_regs(int head_dim, int head_dim_v) {
  * by bench_hopper --trace). */
 #define SDPA_HOPPER_TRACE_SLOTS 10
 /* The kernel's mbarriers (sdpa_hopper.cuh, BAR_*): full and empty per
- * stage, then k, dq_full[4] (one a dQ writer), dq_empty[2] (one a
- * staging buffer), halves[2], v, kv_empty, work_full[2], work_empty[2]. */
-#define SDPA_HOPPER_BARRIERS(stages) (2 * (stages) + 15)
+ * stage, then k, dq_full[2], dq_empty[2], halves[2], v, kv_empty,
+ * work_full[2], work_empty[2]. */
+#define SDPA_HOPPER_BARRIERS(stages) (2 * (stages) + 13)
 
 /* Bytes of a row of `cols` 16-bit elements in the epilogue's dK / dV
  * staging: an odd number of 16-byte chunks, so that the eight rows of
