@@ -291,10 +291,19 @@ static_assert(BAR_WORK_EMPTY(1) + 8 == SMEM_BAR + 8 * SDPA_HOPPER_BARRIERS(HOP_S
 
 /* dQ staging buffer b of DQ_BUFFERS: a step's [HOP_M / 16][16 x D] fp32 */
 SDPA_DEVICE u32 dq_buffer(u32 base, int b) { return base + SMEM_DQ + b * (HOP_M * D * 4); }
+/* The dQ writers of a deterministic kernel (write_dq): writer k takes the
+ * steps st with st % DQ_WRITERS == k, staged in buffer k % DQ_BUFFERS.
+ * A writer's bulk completion wait holds its whole warp, so writers in one
+ * warp take turns; with 64-row query tiles (short steps) the two writers
+ * are lane 0 of warps 3 and 2 (DQ_WRITER_WARPS), even over one buffer,
+ * and the LSE/Delta rows are warp 1's alone; else lanes of warp 3. */
+#define DQ_WRITERS (SDPA_DETERMINISTIC ? (HOP_M <= 64 ? 2 : DQ_BUFFERS) : 1)
+#define DQ_WRITER_WARPS (SDPA_DETERMINISTIC && HOP_M <= 64)
+static_assert(DQ_WRITERS <= 2 && DQ_WRITERS % DQ_BUFFERS == 0, "dq_full barriers, one a writer");
 /* Arrivals that complete a phase: full = the TMA thread (with its bytes)
  * + the ROW_THREADS threads of the LSE/Delta rows; empty and dq_full =
- * every consumer thread; dq_empty = the dQ writer. */
-#define ROW_THREADS 64
+ * every consumer thread; dq_empty = the writer that read the buffer. */
+#define ROW_THREADS (DQ_WRITER_WARPS ? 32 : 64)
 #define CONSUMER_THREADS (128 * SDPA_HOPPER_CONSUMERS)
 #define FULL_ARRIVALS (1 + ROW_THREADS)
 /* work_empty: the TMA thread, the row threads and every consumer thread */
@@ -432,8 +441,8 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
   }
 }
 
-/* Warps 1 and 2 (ROW_THREADS threads, one or two rows each): each step's
- * LSE2 = LSE * log2 e (+inf for rows past the sequence and rows with no
+/* Warps 1 and 2, or warp 1 alone (DQ_WRITER_WARPS): ROW_THREADS
+ * threads, one or two rows each. Each step's LSE2 = LSE * log2 e (+inf for rows past the sequence and rows with no
  * visible key, so that their P is 0) and Delta (0 past the sequence). */
 static_assert(HOP_M % ROW_THREADS == 0, "rows per thread");
 SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 base,
@@ -512,43 +521,45 @@ SDPA_DEVICE int dq_rank(const sdpa_kernel_params &p, const Work &w, int it) {
   return w.rot_q * a + below + w.rot_jd;
 }
 
-/* Warp 3, lane `buf` of DQ_BUFFERS (deterministic plans): the dQ tile of
- * each step st with st % DQ_BUFFERS == buf, staged by the consumers in
- * buffer buf, into dq_accum in a fixed order of the kv tiles that
+/* dQ writer k of DQ_WRITERS (deterministic plans): the dQ tile of each
+ * step st with st % DQ_WRITERS == k, staged by the consumers in buffer
+ * k % DQ_BUFFERS, into dq_accum in a fixed order of the kv tiles that
  * visit query tile (h, it) (dq_rank: index order, descending or the
  * rotation's).
  * Wait until the ones before this tile in it are done (the tile's counter
- * holds how many) and for the staged tile (dq_full); add it, one
+ * holds how many) and for the staged tile (dq_full[k]); add it, one
  * bulk reduce-add per 16-row block inside the sequence; hand the staging
- * back once read (dq_empty); wait for the adds to be complete (not only
- * read), then pass the turn on. The consumers run on meanwhile. */
-SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, int buf) {
-  const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
-  float *const dq_tile0 = p.dq_accum + dq_block_base(p, w.b, w.q0) * blk_elems;
-  const u32 staged = dq_buffer(base, buf);
+ * back once read (dq_empty of the buffer); wait for the adds to be
+ * complete (not only read), then pass the turn on. The consumers run on
+ * meanwhile. The target is derived after the waits, so that little is
+ * live across them (the producer warpgroup's registers are few). */
+SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, int k) {
   int h = w.h_first, it = w.it_first;
-  if (buf) advance_step(w, it, h);
+  if (k) advance_step(w, it, h);
 #pragma unroll 1
-  for (int st = buf; st < w.steps; st += DQ_BUFFERS) {
-    const int i0 = it * HOP_M;
-    int *const sem = q_tile_counter(p, h, w.b, it);
+  for (int st = k; st < w.steps; st += DQ_WRITERS) {
     const int kv_rank = dq_rank(p, w, it);
-    dq_turn_wait(sem, kv_rank);
-    mbar_wait(base + BAR_DQ_FULL(buf), (st / DQ_BUFFERS) & 1);
+    dq_turn_wait(q_tile_counter(p, h, w.b, it), kv_rank);
+    mbar_wait(base + BAR_DQ_FULL(k), (st / DQ_WRITERS) & 1);
     fence_proxy_async_global(); /* the adds after the counter's acquire */
-    float *const dqa = dq_tile0 + (sdpa_i64)(i0 / 16) * blk_elems + (sdpa_i64)h * (D * 16);
+    const int i0 = it * HOP_M;
+    const unsigned long long blk_elems = sdpa_index(p.heads_q) * (D * 16);
+    float *const dqa = p.dq_accum +
+                       ((unsigned long long)dq_block_base(p, w.b, w.q0) + sdpa_index(i0 / 16)) * blk_elems +
+                       sdpa_index(h) * (D * 16);
+    const u32 staged = dq_buffer(base, k % DQ_BUFFERS);
 #pragma unroll 1
     for (int rb = 0; rb < HOP_M / 16; ++rb)
       if (SDPA_EVEN || i0 + 16 * rb < w.sq)
         bulk_reduce_add_f32(dqa + rb * blk_elems, staged + rb * (D * 16 * 4), D * 16 * 4);
     bulk_wait_read();
-    mbar_arrive(base + BAR_DQ_EMPTY(buf));
+    mbar_arrive(base + BAR_DQ_EMPTY(k % DQ_BUFFERS));
     bulk_wait_all();
     fence_proxy_async_global();
     __threadfence();
-    dq_turn_pass(sem, kv_rank + 1);
+    dq_turn_pass(q_tile_counter(p, h, w.b, it), kv_rank + 1);
 #pragma unroll 1
-    for (int k = 0; k < DQ_BUFFERS; ++k) advance_step(w, it, h);
+    for (int n = 0; n < DQ_WRITERS; ++n) advance_step(w, it, h);
   }
 }
 
@@ -829,7 +840,7 @@ SDPA_DEVICE void dq_send(u32 base, int st, int rb, int d_off, float *const dqa) 
 #if SDPA_HOPPER_DQ_BULK && SDPA_DETERMINISTIC
   (void)rb, (void)d_off, (void)dqa;
   fence_proxy_async();
-  mbar_arrive(base + BAR_DQ_FULL(st % DQ_BUFFERS));
+  mbar_arrive(base + BAR_DQ_FULL(st % DQ_WRITERS));
 #elif SDPA_HOPPER_DQ_BULK
   if (!dqa || SDPA_HOPPER_ABLATE == 3) return;
   fence_proxy_async();
@@ -1288,10 +1299,12 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
         produce_tiles(maps, w, base, 0);
         if (SDPA_HOPPER_TRACE) trace_mark(7, trace_clock());
       }
-    } else if (warp == 1 || warp == 2) {
+    } else if (warp == 1 || (warp == 2 && !DQ_WRITER_WARPS)) {
       produce_rows(p, *(const Work *)(smem + SMEM_WORK), base, smem, 0);
-    } else if (SDPA_DETERMINISTIC && (threadIdx.x & 31) < DQ_BUFFERS) {
-      write_dq(p, *(const Work *)(smem + SMEM_WORK), base, threadIdx.x & 31);
+    } else if (DQ_WRITER_WARPS ? (threadIdx.x & 31) == 0 : (threadIdx.x & 31) < DQ_WRITERS) {
+      /* writer k: lane 0 of warp 3 - k, or lane k of warp 3 */
+      write_dq(p, *(const Work *)(smem + SMEM_WORK), base,
+               DQ_WRITER_WARPS ? 3 - warp : threadIdx.x & 31);
     }
   } else {
     setmaxnreg_inc<SDPA_HOPPER_CONSUMER_REGS>();

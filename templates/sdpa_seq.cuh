@@ -49,6 +49,10 @@ SDPA_DEVICE int band_last_kv_tile(const Band &band, int i_end, int skv, int n) {
   return min((skv + n - 1) / n - 1, (i_end + band.off + band.right) / n);
 }
 
+/* A non-negative index widened to 64 bits with zeros: no sign word to
+ * keep live (the sm_90a dQ writers run on the producer's few registers). */
+SDPA_DEVICE unsigned long long sdpa_index(int x) { return (unsigned)x; }
+
 /* The counter of query tile `it` of head h, sequence b in p.semaphores
  * (zeroed by the preprocess kernel). Deterministic kernels (both
  * families) keep their dQ adds' turns in it: how many of the kv tiles
@@ -61,7 +65,8 @@ SDPA_DEVICE int band_last_kv_tile(const Band &band, int i_end, int skv, int n) {
  * complete stores r + 1 (dq_turn_pass). The folded dQ conversion counts
  * its visitors' arrivals in it. */
 SDPA_DEVICE sdpa_i32 *q_tile_counter(const sdpa_kernel_params &p, int h, int b, int it) {
-  return p.semaphores + ((sdpa_i64)h * p.batch + b) * p.q_tiles + it;
+  return p.semaphores + (sdpa_index(h) * sdpa_index(p.batch) + sdpa_index(b)) * sdpa_index(p.q_tiles) +
+         sdpa_index(it);
 }
 SDPA_DEVICE void dq_turn_wait(const sdpa_i32 *sem, int rank) {
   int seen;
@@ -124,9 +129,9 @@ SDPA_DEVICE sdpa_i64 kv_row_offset(int b, sdpa_i64 kv0, int k0, int hk, sdpa_i64
 SDPA_DEVICE sdpa_i64 dq_block_base(const sdpa_kernel_params &p, int b, sdpa_i64 q0) {
 #if SDPA_LAYOUT == 1
   (void)q0;
-  return (sdpa_i64)b * p.q_blocks;
+  return (sdpa_i64)(sdpa_index(b) * sdpa_index(p.q_blocks));
 #else
-  return q0 / 16 + b;
+  return (sdpa_i64)((unsigned long long)q0 / 16 + sdpa_index(b));
 #endif
 }
 
