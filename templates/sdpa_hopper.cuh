@@ -1301,7 +1301,8 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
       }
     } else if (warp == 1 || (warp == 2 && !DQ_WRITER_WARPS)) {
       produce_rows(p, *(const Work *)(smem + SMEM_WORK), base, smem, 0);
-    } else if (DQ_WRITER_WARPS ? (threadIdx.x & 31) == 0 : (threadIdx.x & 31) < DQ_WRITERS) {
+    } else if (SDPA_DETERMINISTIC &&
+               (DQ_WRITER_WARPS ? (threadIdx.x & 31) == 0 : (threadIdx.x & 31) < DQ_WRITERS)) {
       /* writer k: lane 0 of warp 3 - k, or lane k of warp 3 */
       write_dq(p, *(const Work *)(smem + SMEM_WORK), base,
                DQ_WRITER_WARPS ? 3 - warp : threadIdx.x & 31);

@@ -129,9 +129,9 @@ SDPA_DEVICE sdpa_i64 kv_row_offset(int b, sdpa_i64 kv0, int k0, int hk, sdpa_i64
 SDPA_DEVICE sdpa_i64 dq_block_base(const sdpa_kernel_params &p, int b, sdpa_i64 q0) {
 #if SDPA_LAYOUT == 1
   (void)q0;
-  return (sdpa_i64)(sdpa_index(b) * sdpa_index(p.q_blocks));
+  return (sdpa_i64)b * p.q_blocks;
 #else
-  return (sdpa_i64)((unsigned long long)q0 / 16 + sdpa_index(b));
+  return q0 / 16 + b;
 #endif
 }
 
