@@ -593,12 +593,18 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const int64_t delta[] = {plan->rows_q, d->heads_q, 4};
   const int64_t semaphores[] = {d->heads_q, d->batch, q_tiles, 4};
   const int64_t none[] = {0};
+  /* a second accumulator and counters (sdpa_dq_copies), else empty */
+  const int copies = sdpa_dq_copies(c->family, c->deterministic);
+  const int counters = plan->fields.fold_dq || d->deterministic;
   if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||
+      (copies > 1 ? add_region(&total, &plan->ws_dq_accum_copy, dq_accum, 5)
+                  : add_region(&total, &plan->ws_dq_accum_copy, none, 1)) ||
       add_region(&total, &plan->ws_delta, delta, 3))
     return workspace_overflow(plan);
-  if (plan->fields.fold_dq || d->deterministic
-          ? add_region(&total, &plan->ws_semaphores, semaphores, 4)
-          : add_region(&total, &plan->ws_semaphores, none, 1))
+  if ((counters ? add_region(&total, &plan->ws_semaphores, semaphores, 4)
+                : add_region(&total, &plan->ws_semaphores, none, 1)) ||
+      (counters && copies > 1 ? add_region(&total, &plan->ws_semaphores_copy, semaphores, 4)
+                              : add_region(&total, &plan->ws_semaphores_copy, none, 1)))
     return workspace_overflow(plan);
   plan->workspace_bytes = total;
   return SDPA_STATUS_SUCCESS;

@@ -38,7 +38,7 @@ struct sdpa_bwd_plan {
   int threads;             /* threads per block of the main kernel     */
   size_t workspace_bytes;
   /* workspace carve (byte offsets; each 256-aligned) */
-  size_t ws_dq_accum, ws_delta, ws_semaphores;
+  size_t ws_dq_accum, ws_dq_accum_copy, ws_delta, ws_semaphores, ws_semaphores_copy;
   int64_t rows_q, rows_kv; /* rows the workspace is sized for          */
   int lse_packed_default;  /* LSE strides were all zero: under THD the
                               head stride is the launch's total_q       */

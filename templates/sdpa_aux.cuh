@@ -36,11 +36,14 @@
 #define SDPA_DQ_ACCUM_DIM SDPA_HEAD_DIM
 #endif
 #define DQA SDPA_DQ_ACCUM_DIM /* columns of a dQ accumulator row, >= D */
+/* copies of the dQ accumulator and of the counters (sdpa_traits.h;
+ * copy 1 at p.dq_accum_copy and p.semaphores_copy) */
+#define DQ_COPIES sdpa_dq_copies(SDPA_FAMILY, SDPA_DETERMINISTIC)
 
 /* ------------------------------------------------------------ preprocess */
 
-/* Zeroes dQacc (a grid-stride sweep over its dq_blocks) and the query
- * tiles' counters (when used); then PRE_LANES lanes per (row, head), 8
+/* Zeroes dQacc (a grid-stride sweep over its dq_blocks, every copy) and
+ * the query tiles' counters (when used, every copy); then PRE_LANES lanes per (row, head), 8
  * elements (16 bytes of O and of dO) a lane: Delta = sum(dO * O) over DV.
  * Row-major items (head fastest) keep a warp's loads contiguous in BSHD
  * memory. Any grid is correct (warps stride over the items together);
@@ -51,12 +54,16 @@ sdpa_bwd_preprocess(const sdpa_kernel_params p) {
   const sdpa_i64 gid = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x;
   const sdpa_i64 threads = (sdpa_i64)gridDim.x * blockDim.x;
   {
-    float4 *acc = (float4 *)p.dq_accum;
-    const sdpa_i64 n = p.dq_blocks * p.heads_q * (DQA * 4); /* 16 x DQA floats a block */
-    for (sdpa_i64 i = gid; i < n; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (SDPA_FOLD_DQ || SDPA_DETERMINISTIC) {
-      const sdpa_i64 tiles = (sdpa_i64)p.heads_q * p.batch * p.q_tiles;
-      for (sdpa_i64 i = gid; i < tiles; i += threads) p.semaphores[i] = 0;
+#pragma unroll 1
+    for (int c = 0; c < DQ_COPIES; ++c) {
+      float4 *acc = (float4 *)(c ? p.dq_accum_copy : p.dq_accum);
+      const sdpa_i64 n = p.dq_blocks * p.heads_q * (DQA * 4); /* 16 x DQA floats a block */
+      for (sdpa_i64 i = gid; i < n; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (SDPA_FOLD_DQ || SDPA_DETERMINISTIC) {
+        sdpa_i32 *sem = c ? p.semaphores_copy : p.semaphores;
+        const sdpa_i64 tiles = (sdpa_i64)p.heads_q * p.batch * p.q_tiles;
+        for (sdpa_i64 i = gid; i < tiles; i += threads) sem[i] = 0;
+      }
     }
   }
   const int lane = threadIdx.x & 31, part = lane % PRE_LANES;
@@ -124,15 +131,26 @@ SDPA_DEVICE void store_dq_piece(u16 *dq, sdpa_i64 dq_seq, int r0, int piece, int
 }
 
 #if __CUDA_ARCH__ >= 900
+/* Float4 k of src, plus (DQ_COPIES 2) float4 k of copy 1's `copy`, the same place. */
+SDPA_DEVICE float4 dq_sum4(const float *src, const float *copy, int k) {
+  float4 v = ((const float4 *)src)[k];
+  if (DQ_COPIES > 1) {
+    const float4 u = ((const float4 *)copy)[k];
+    v.x += u.x, v.y += u.y, v.z += u.z, v.w += u.w;
+  }
+  return v;
+}
+
 /* Rows rr and rr + 8 of the 16-row block at src (rows from r0),
  * columns 8 pc .. 8 pc + 7, from the 64 contiguous bytes that fragment
  * lanes 4 rr .. 4 rr + 3 of piece pc hold (lane 4 rr + c: row rr, columns
  * 2c and 2c + 1, then row rr + 8, the same columns), each row as one
- * 16-byte store. */
+ * 16-byte store; with two copies, their sum. */
 SDPA_DEVICE void store_dq_rows(u16 *dq, sdpa_i64 dq_seq, int r0, int rr, int pc,
-                               const float *src, int sq, float scale) {
-  const float4 *f = (const float4 *)(src + pc * 128 + rr * 16);
-  const float4 a = f[0], b = f[1], c = f[2], d = f[3];
+                               const float *src, const float *copy, int sq, float scale) {
+  const int at = pc * 128 + rr * 16;
+  const float4 a = dq_sum4(src + at, copy + at, 0), b = dq_sum4(src + at, copy + at, 1),
+               c = dq_sum4(src + at, copy + at, 2), d = dq_sum4(src + at, copy + at, 3);
   if (r0 + rr < sq)
     *(uint4 *)(dq + (sdpa_i64)(r0 + rr) * dq_seq + pc * 8) =
         make_uint4(pack2<DT>(a.x * scale, a.y * scale), pack2<DT>(b.x * scale, b.y * scale),
@@ -145,7 +163,7 @@ SDPA_DEVICE void store_dq_rows(u16 *dq, sdpa_i64 dq_seq, int r0, int rr, int pc,
 #endif
 
 /* One CTA per (16-row block of a sequence, head), grid.x = q_blocks *
- * batch * heads_q: dq = dtype(dQacc * scale), reading the block's
+ * batch * heads_q: dq = dtype(dQacc * scale) (the copies' sum), reading the block's
  * fragment-ordered pieces. sm_90: where dQ's rows are 16-byte aligned,
  * a thread a pair of rows of one piece (store_dq_rows: 64 bytes read, two
  * 16-byte stores; consecutive threads on consecutive pieces of a row);
@@ -161,8 +179,13 @@ sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
   if (!sequence_bounds(p, b, q0, kv0, sq, skv, false)) return; /* main flags it */
   const int r0 = blk * 16;
   if (r0 >= sq) return;
-  const float *src =
-      p.dq_accum + ((dq_block_base(p, b, q0) + blk) * p.heads_q + h) * (sdpa_i64)(DQA * 16);
+  const sdpa_i64 at = ((dq_block_base(p, b, q0) + blk) * p.heads_q + h) * (sdpa_i64)(DQA * 16);
+  const float *src = p.dq_accum + at;
+#if __CUDA_ARCH__ >= 900
+  const float *copy = DQ_COPIES > 1 ? p.dq_accum_copy + at : src;
+#else
+  static_assert(DQ_COPIES == 1, "sm_80-class: the mma.sync family, one copy");
+#endif
 #if SDPA_LAYOUT == 1
   u16 *dq = (u16 *)p.dq + (sdpa_i64)b * p.dq_batch + (sdpa_i64)h * p.dq_head;
 #else
@@ -171,7 +194,7 @@ sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
 #if __CUDA_ARCH__ >= 900
   if (((unsigned long long)dq & 15) == 0 && (p.dq_seq & 7) == 0) {
     for (int i = threadIdx.x; i < D; i += blockDim.x) /* 8 row pairs x D / 8 pieces */
-      store_dq_rows(dq, p.dq_seq, r0, i / (D / 8), i % (D / 8), src, sq, p.scale);
+      store_dq_rows(dq, p.dq_seq, r0, i / (D / 8), i % (D / 8), src, copy, sq, p.scale);
     return;
   }
 #endif
@@ -179,7 +202,7 @@ sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
     const int piece = i >> 5, lane = i & 31;
     float v[4];
 #if __CUDA_ARCH__ >= 900
-    const float4 f = *(const float4 *)(src + piece * 128 + lane * 4);
+    const float4 f = dq_sum4(src + piece * 128 + lane * 4, copy + piece * 128 + lane * 4, 0);
     v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
 #else
 #pragma unroll

@@ -526,11 +526,13 @@ SDPA_DEVICE int dq_rank(const sdpa_kernel_params &p, const Work &w, int it) {
  * k % DQ_BUFFERS, into dq_accum in a fixed order of the kv tiles that
  * visit query tile (h, it) (dq_rank: index order, descending or the
  * rotation's).
- * Wait until the ones before this tile in it are done (the tile's counter
- * holds how many) and for the staged tile (dq_full[k]); add it, one
- * bulk reduce-add per 16-row block inside the sequence; hand the staging
+ * The add of rank r goes into copy r % 2 of dq_accum (DQ_COPIES,
+ * sdpa_dq_copies), after the one of rank r - 2: wait until that copy's
+ * counter for the tile reads r / 2 (the chain's adds before this one
+ * are complete) and for the staged tile (dq_full[k]); add it, one bulk
+ * reduce-add per 16-row block inside the sequence; hand the staging
  * back once read (dq_empty of the buffer); wait for the adds to be
- * complete (not only read), then pass the turn on. The consumers run on
+ * complete (not only read), then pass the chain's turn on. The consumers run on
  * meanwhile. The target is derived after the waits, so that little is
  * live across them (the producer warpgroup's registers are few). */
 SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, int k) {
@@ -538,13 +540,14 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, 
   if (k) advance_step(w, it, h);
 #pragma unroll 1
   for (int st = k; st < w.steps; st += DQ_WRITERS) {
-    const int kv_rank = dq_rank(p, w, it);
-    dq_turn_wait(q_tile_counter(p, h, w.b, it), kv_rank);
+    const int kv_rank = dq_rank(p, w, it), chain = kv_rank % DQ_COPIES;
+    dq_turn_wait(q_tile_counter_of(chain ? p.semaphores_copy : p.semaphores, p, h, w.b, it),
+                 kv_rank / DQ_COPIES);
     mbar_wait(base + BAR_DQ_FULL(k), (st / DQ_WRITERS) & 1);
     fence_proxy_async_global(); /* the adds after the counter's acquire */
     const int i0 = it * HOP_M;
     const unsigned long long blk_elems = sdpa_index(p.heads_q) * (D * 16);
-    float *const dqa = p.dq_accum +
+    float *const dqa = (chain ? p.dq_accum_copy : p.dq_accum) +
                        ((unsigned long long)dq_block_base(p, w.b, w.q0) + sdpa_index(i0 / 16)) * blk_elems +
                        sdpa_index(h) * (D * 16);
     const u32 staged = dq_buffer(base, k % DQ_BUFFERS);
@@ -557,7 +560,8 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, 
     bulk_wait_all();
     fence_proxy_async_global();
     __threadfence();
-    dq_turn_pass(q_tile_counter(p, h, w.b, it), kv_rank + 1);
+    dq_turn_pass(q_tile_counter_of(chain ? p.semaphores_copy : p.semaphores, p, h, w.b, it),
+                 kv_rank / DQ_COPIES + 1);
 #pragma unroll 1
     for (int n = 0; n < DQ_WRITERS; ++n) advance_step(w, it, h);
   }

@@ -74,6 +74,10 @@ typedef struct sdpa_kernel_params {
                         if unknown (sm_90a deterministic plans without a
                         mask: whether a kv head's blocks fit at once,
                         sdpa_hopper.cuh's rotation)                  */
+  /* the second copies of dq_accum and semaphores where the key has two
+   * (sdpa_dq_copies), laid out as they are; else null */
+  float *dq_accum_copy;
+  sdpa_i32 *semaphores_copy;
 } sdpa_kernel_params;
 
 /* Error flag bits (error_flag word). */

@@ -64,9 +64,13 @@ SDPA_DEVICE unsigned long long sdpa_index(int x) { return (unsigned)x; }
  * waits until it reads r (dq_turn_wait), adds, and once its adds are
  * complete stores r + 1 (dq_turn_pass). The folded dQ conversion counts
  * its visitors' arrivals in it. */
-SDPA_DEVICE sdpa_i32 *q_tile_counter(const sdpa_kernel_params &p, int h, int b, int it) {
-  return p.semaphores + (sdpa_index(h) * sdpa_index(p.batch) + sdpa_index(b)) * sdpa_index(p.q_tiles) +
+SDPA_DEVICE sdpa_i32 *q_tile_counter_of(sdpa_i32 *counters, const sdpa_kernel_params &p, int h,
+                                        int b, int it) {
+  return counters + (sdpa_index(h) * sdpa_index(p.batch) + sdpa_index(b)) * sdpa_index(p.q_tiles) +
          sdpa_index(it);
+}
+SDPA_DEVICE sdpa_i32 *q_tile_counter(const sdpa_kernel_params &p, int h, int b, int it) {
+  return q_tile_counter_of(p.semaphores, p, h, b, it);
 }
 SDPA_DEVICE void dq_turn_wait(const sdpa_i32 *sem, int rank) {
   int seen;

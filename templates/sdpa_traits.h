@@ -169,6 +169,17 @@ SDPA_TRAIT sdpa_i64 sdpa_aux_blocks(sdpa_i64 items, int head_dim_v) {
   return (items + per_block - 1) / per_block;
 }
 
+/* Copies of the fp32 dQ accumulator and of the query tiles' counters
+ * for a key's family (1 mma.sync, 2 sm_90a) and deterministic flag: the
+ * sm_90a deterministic kernels add a query tile's dQ in two chains, the
+ * adds of even rank into copy 0 and of odd rank into copy 1 (each copy's
+ * counters keep its chain's turns), so that an add waits for the
+ * completion of the one two before it rather than the one just before;
+ * the convert kernel sums copy 0 + copy 1. Else one. */
+SDPA_TRAIT int sdpa_dq_copies(int family, int deterministic) {
+  return family == 2 && deterministic ? 2 : 1;
+}
+
 /* Tiles of `length` rows at `tile` rows a tile. */
 SDPA_TRAIT sdpa_i64 sdpa_tiles(sdpa_i64 length, int tile) {
   return (length + tile - 1) / tile;
