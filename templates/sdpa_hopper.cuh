@@ -541,15 +541,17 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, 
 #pragma unroll 1
   for (int st = k; st < w.steps; st += DQ_WRITERS) {
     const int kv_rank = dq_rank(p, w, it), chain = kv_rank % DQ_COPIES;
-    dq_turn_wait(q_tile_counter_of(chain ? p.semaphores_copy : p.semaphores, p, h, w.b, it),
+    dq_turn_wait(q_tile_counter_of<unsigned long long>(chain ? p.semaphores_copy : p.semaphores, p,
+                                                       h, w.b, it),
                  kv_rank / DQ_COPIES);
     mbar_wait(base + BAR_DQ_FULL(k), (st / DQ_WRITERS) & 1);
     fence_proxy_async_global(); /* the adds after the counter's acquire */
     const int i0 = it * HOP_M;
-    const unsigned long long blk_elems = sdpa_index(p.heads_q) * (D * 16);
-    float *const dqa = (chain ? p.dq_accum_copy : p.dq_accum) +
-                       ((unsigned long long)dq_block_base(p, w.b, w.q0) + sdpa_index(i0 / 16)) * blk_elems +
-                       sdpa_index(h) * (D * 16);
+    const unsigned long long blk_elems = sdpa_widen(p.heads_q, 0ull) * (D * 16);
+    float *const dqa =
+        (chain ? p.dq_accum_copy : p.dq_accum) +
+        ((unsigned long long)dq_block_base(p, w.b, w.q0) + sdpa_widen(i0 / 16, 0ull)) * blk_elems +
+        sdpa_widen(h, 0ull) * (D * 16);
     const u32 staged = dq_buffer(base, k % DQ_BUFFERS);
 #pragma unroll 1
     for (int rb = 0; rb < HOP_M / 16; ++rb)
@@ -560,7 +562,8 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, 
     bulk_wait_all();
     fence_proxy_async_global();
     __threadfence();
-    dq_turn_pass(q_tile_counter_of(chain ? p.semaphores_copy : p.semaphores, p, h, w.b, it),
+    dq_turn_pass(q_tile_counter_of<unsigned long long>(chain ? p.semaphores_copy : p.semaphores, p,
+                                                       h, w.b, it),
                  kv_rank / DQ_COPIES + 1);
 #pragma unroll 1
     for (int n = 0; n < DQ_WRITERS; ++n) advance_step(w, it, h);

@@ -261,9 +261,9 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
 
 /* The dQ staging buffers of a kernel that stages dQ (dq_bulk): 2 for
  * deterministic ones where the second fits sm_90's 227 KiB (not the wide
- * kernel's), each with a writer thread of its own (sdpa_hopper.cuh,
- * write_dq): one buffer's adds wait for their turn and their completion
- * while the consumers fill the other; else 1. */
+ * kernel's), each read by a dQ writer of its own (sdpa_hopper.cuh,
+ * write_dq, DQ_WRITERS): one buffer's adds wait for their turn and their
+ * completion while the consumers fill the other; else 1. */
 SDPA_HOPPER_TRAIT int sdpa_hopper_dq_buffers(sdpa_hopper_config c, int dq_bulk,
                                              int deterministic) {
   return dq_bulk && deterministic && !sdpa_hopper_wide(c.head_dim) &&

@@ -49,9 +49,11 @@ SDPA_DEVICE int band_last_kv_tile(const Band &band, int i_end, int skv, int n) {
   return min((skv + n - 1) / n - 1, (i_end + band.off + band.right) / n);
 }
 
-/* A non-negative index widened to 64 bits with zeros: no sign word to
- * keep live (the sm_90a dQ writers run on the producer's few registers). */
-SDPA_DEVICE unsigned long long sdpa_index(int x) { return (unsigned)x; }
+/* A non-negative index widened to 64 bits: sdpa_i64, or with zeros to
+ * unsigned, where no sign word may be kept live (the sm_90a dQ writers
+ * run on the producer's few registers); W() picks the type. */
+SDPA_DEVICE sdpa_i64 sdpa_widen(int x, sdpa_i64) { return x; }
+SDPA_DEVICE unsigned long long sdpa_widen(int x, unsigned long long) { return (unsigned)x; }
 
 /* The counter of query tile `it` of head h, sequence b in p.semaphores
  * (zeroed by the preprocess kernel). Deterministic kernels (both
@@ -64,10 +66,13 @@ SDPA_DEVICE unsigned long long sdpa_index(int x) { return (unsigned)x; }
  * waits until it reads r (dq_turn_wait), adds, and once its adds are
  * complete stores r + 1 (dq_turn_pass). The folded dQ conversion counts
  * its visitors' arrivals in it. */
+template <typename W = sdpa_i64>
 SDPA_DEVICE sdpa_i32 *q_tile_counter_of(sdpa_i32 *counters, const sdpa_kernel_params &p, int h,
                                         int b, int it) {
-  return counters + (sdpa_index(h) * sdpa_index(p.batch) + sdpa_index(b)) * sdpa_index(p.q_tiles) +
-         sdpa_index(it);
+  return counters +
+         ((sdpa_widen(h, W()) * sdpa_widen(p.batch, W()) + sdpa_widen(b, W())) *
+              sdpa_widen(p.q_tiles, W()) +
+          sdpa_widen(it, W()));
 }
 SDPA_DEVICE sdpa_i32 *q_tile_counter(const sdpa_kernel_params &p, int h, int b, int it) {
   return q_tile_counter_of(p.semaphores, p, h, b, it);
