@@ -594,7 +594,7 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const int64_t semaphores[] = {d->heads_q, d->batch, q_tiles, 4};
   const int64_t none[] = {0};
   /* a second accumulator and counters (sdpa_dq_copies), else empty */
-  const int copies = sdpa_dq_copies(c->family, c->deterministic);
+  const int copies = sdpa_dq_copies(c->family, c->deterministic, c->mask, c->head_dim);
   const int counters = plan->fields.fold_dq || d->deterministic;
   if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||
       (copies > 1 ? add_region(&total, &plan->ws_dq_accum_copy, dq_accum, 5)

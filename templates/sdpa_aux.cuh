@@ -38,7 +38,7 @@
 #define DQA SDPA_DQ_ACCUM_DIM /* columns of a dQ accumulator row, >= D */
 /* copies of the dQ accumulator and of the counters (sdpa_traits.h;
  * copy 1 at p.dq_accum_copy and p.semaphores_copy) */
-#define DQ_COPIES sdpa_dq_copies(SDPA_FAMILY, SDPA_DETERMINISTIC)
+#define DQ_COPIES sdpa_dq_copies(SDPA_FAMILY, SDPA_DETERMINISTIC, SDPA_MASK, SDPA_HEAD_DIM)
 
 /* ------------------------------------------------------------ preprocess */
 

@@ -17,6 +17,7 @@
 #define SDPA_TRAITS_H
 
 #include "sdpa_params.h"
+#include "sdpa_hopper_traits.h" /* sdpa_dq_copies: the wide kernel */
 
 #ifdef __cplusplus
 #define SDPA_TRAIT static constexpr inline
@@ -170,14 +171,19 @@ SDPA_TRAIT sdpa_i64 sdpa_aux_blocks(sdpa_i64 items, int head_dim_v) {
 }
 
 /* Copies of the fp32 dQ accumulator and of the query tiles' counters
- * for a key's family (1 mma.sync, 2 sm_90a) and deterministic flag: the
- * sm_90a deterministic kernels add a query tile's dQ in two chains, the
- * adds of even rank into copy 0 and of odd rank into copy 1 (each copy's
- * counters keep its chain's turns), so that an add waits for the
- * completion of the one two before it rather than the one just before;
- * the convert kernel sums copy 0 + copy 1. Else one. */
-SDPA_TRAIT int sdpa_dq_copies(int family, int deterministic) {
-  return family == 2 && deterministic ? 2 : 1;
+ * for a key's family (1 mma.sync, 2 sm_90a), deterministic flag, mask and
+ * head_dim. Two for the sm_90a family's deterministic wide kernel without
+ * a mask: it adds a query tile's dQ in two chains, the adds of even rank
+ * into copy 0 and of odd rank into copy 1 (each copy's counters keep its
+ * chain's turns), so that an add waits for the completion of the one two
+ * before it rather than the one just before; the convert kernel sums
+ * copy 0 + copy 1. There (64 x 64 tiles, 48 KiB of dQ an add) an add's
+ * completion outlasts a step, and the rotation puts one add a step on
+ * every query tile (bench/HOPPER-NOTES.md, twelfth session). Else one:
+ * elsewhere the second copy's zeroing and reading cost more than the
+ * chains gain. */
+SDPA_TRAIT int sdpa_dq_copies(int family, int deterministic, int mask, int head_dim) {
+  return family == 2 && deterministic && mask == 0 && sdpa_hopper_wide(head_dim) ? 2 : 1;
 }
 
 /* Tiles of `length` rows at `tile` rows a tile. */

@@ -794,20 +794,23 @@ START_TEST(dq_writer) {
   d.deterministic = 1; /* keeps its semaphores */
   plan = make_with(&d, &convert_dq);
   ck_assert_int_eq(plan->fields.fold_dq, 0);
-  if (plan->fields.family == SDPA_FAMILY_HOPPER) {
-    /* two copies of dQacc and of the counters (sdpa_dq_copies), each
-     * copy the size of the first */
-    const size_t dq = plan->ws_dq_accum_copy, sem = plan->ws_semaphores_copy - plan->ws_semaphores;
-    ck_assert_uint_eq(plan->ws_dq_accum, 0);
-    ck_assert_uint_gt(dq, 0);
-    ck_assert_uint_eq(plan->ws_delta, 2 * dq);
-    ck_assert_uint_gt(sem, 0);
-    ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), plan->ws_semaphores_copy + sem);
-  } else {
-    ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), with_counters);
-    ck_assert_uint_eq(plan->ws_dq_accum_copy, plan->ws_delta); /* empty */
-  }
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), with_counters);
+  ck_assert_uint_eq(plan->ws_dq_accum_copy, plan->ws_delta); /* one copy: empty */
   sdpa_bwd_plan_destroy(plan);
+  /* the sm_90a deterministic wide kernel without a mask: two copies of
+   * dQacc and of the counters (sdpa_dq_copies), each the size of the first */
+  d.head_dim = d.head_dim_v = 192;
+  plan = make_with(&d, &convert_dq);
+  ck_assert_int_eq(plan->fields.family, SDPA_FAMILY_HOPPER); /* AUTO on sm_90 */
+  ck_assert_int_eq(sdpa_dq_copies(plan->fields.family, 1, plan->fields.mask, 192), 2);
+  const size_t dq = plan->ws_dq_accum_copy, sem = plan->ws_semaphores_copy - plan->ws_semaphores;
+  ck_assert_uint_eq(plan->ws_dq_accum, 0);
+  ck_assert_uint_gt(dq, 0);
+  ck_assert_uint_eq(plan->ws_delta, 2 * dq);
+  ck_assert_uint_gt(sem, 0);
+  ck_assert_uint_eq(sdpa_bwd_workspace_size(plan), plan->ws_semaphores_copy + sem);
+  sdpa_bwd_plan_destroy(plan);
+  d.head_dim = d.head_dim_v = good().head_dim;
   d.deterministic = 0;
 
   /* the environment is the default, read when the runtime is made */
