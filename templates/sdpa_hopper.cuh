@@ -526,15 +526,17 @@ SDPA_DEVICE int dq_rank(const sdpa_kernel_params &p, const Work &w, int it) {
  * k % DQ_BUFFERS, into dq_accum in a fixed order of the kv tiles that
  * visit query tile (h, it) (dq_rank: index order, descending or the
  * rotation's).
- * The add of rank r goes into copy r % 2 of dq_accum (DQ_COPIES,
- * sdpa_dq_copies), after the one of rank r - 2: wait until that copy's
- * counter for the tile reads r / 2 (the chain's adds before this one
- * are complete) and for the staged tile (dq_full[k]); add it, one bulk
+ * The add of rank r goes into copy c = r % DQ_COPIES of dq_accum
+ * (sdpa_dq_copies: two for the wide kernel without a mask, else one),
+ * after the one of rank r - DQ_COPIES: wait until copy c's counter for
+ * the tile reads r / DQ_COPIES (the chain's adds before this one are
+ * complete) and for the staged tile (dq_full[k]); add it, one bulk
  * reduce-add per 16-row block inside the sequence; hand the staging
  * back once read (dq_empty of the buffer); wait for the adds to be
- * complete (not only read), then pass the chain's turn on. The consumers run on
- * meanwhile. The target is derived after the waits, so that little is
- * live across them (the producer warpgroup's registers are few). */
+ * complete (not only read), then pass the chain's turn on. The
+ * consumers run on meanwhile. The target is derived after the waits,
+ * so that little is live across them (the producer warpgroup's
+ * registers are few). */
 SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, int k) {
   int h = w.h_first, it = w.it_first;
   if (k) advance_step(w, it, h);
