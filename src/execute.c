@@ -190,10 +190,8 @@ static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void 
   const int fold_dq = plan->fields.fold_dq;
   p.semaphores = fold_dq || d->deterministic ? (sdpa_i32 *)(ws + plan->ws_semaphores)
                                              : NULL;
-  const int copies = sdpa_dq_copies(plan->fields.family, plan->fields.deterministic,
-                                     plan->fields.mask, plan->fields.head_dim);
-  p.dq_accum_copy = copies > 1 ? (float *)(ws + plan->ws_dq_accum_copy) : NULL;
-  p.semaphores_copy = copies > 1 ? (sdpa_i32 *)(ws + plan->ws_semaphores_copy) : NULL;
+  p.dq_accum_copy = plan->dq_copies > 1 ? (float *)(ws + plan->ws_dq_accum_copy) : NULL;
+  p.semaphores_copy = plan->dq_copies > 1 ? (sdpa_i32 *)(ws + plan->ws_semaphores_copy) : NULL;
   p.error_flag = (sdpa_i32 *)(uintptr_t)m->error_device;
   p.sm_count = m->sm_count;
   if (d->layout == SDPA_LAYOUT_THD) {

@@ -593,18 +593,17 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const int64_t delta[] = {plan->rows_q, d->heads_q, 4};
   const int64_t semaphores[] = {d->heads_q, d->batch, q_tiles, 4};
   const int64_t none[] = {0};
-  /* a second accumulator and counters (sdpa_dq_copies), else empty */
-  const int copies = sdpa_dq_copies(c->family, c->deterministic, c->mask, c->head_dim);
+  /* the counters when used; the second accumulator and counters where
+   * the key has two copies (sdpa_dq_copies), else empty regions */
+  plan->dq_copies = sdpa_dq_copies(c->family, c->deterministic, c->mask, c->head_dim);
   const int counters = plan->fields.fold_dq || d->deterministic;
+  const int two = plan->dq_copies > 1;
   if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||
-      (copies > 1 ? add_region(&total, &plan->ws_dq_accum_copy, dq_accum, 5)
-                  : add_region(&total, &plan->ws_dq_accum_copy, none, 1)) ||
-      add_region(&total, &plan->ws_delta, delta, 3))
-    return workspace_overflow(plan);
-  if ((counters ? add_region(&total, &plan->ws_semaphores, semaphores, 4)
-                : add_region(&total, &plan->ws_semaphores, none, 1)) ||
-      (counters && copies > 1 ? add_region(&total, &plan->ws_semaphores_copy, semaphores, 4)
-                              : add_region(&total, &plan->ws_semaphores_copy, none, 1)))
+      add_region(&total, &plan->ws_dq_accum_copy, two ? dq_accum : none, two ? 5 : 1) ||
+      add_region(&total, &plan->ws_delta, delta, 3) ||
+      add_region(&total, &plan->ws_semaphores, counters ? semaphores : none, counters ? 4 : 1) ||
+      add_region(&total, &plan->ws_semaphores_copy, counters && two ? semaphores : none,
+                 counters && two ? 4 : 1))
     return workspace_overflow(plan);
   plan->workspace_bytes = total;
   return SDPA_STATUS_SUCCESS;

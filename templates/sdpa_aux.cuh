@@ -36,15 +36,23 @@
 #define SDPA_DQ_ACCUM_DIM SDPA_HEAD_DIM
 #endif
 #define DQA SDPA_DQ_ACCUM_DIM /* columns of a dQ accumulator row, >= D */
-/* copies of the dQ accumulator and of the counters (sdpa_traits.h;
- * copy 1 at p.dq_accum_copy and p.semaphores_copy) */
+/* copies of the dQ accumulator and of the counters (sdpa_traits.h) */
 #define DQ_COPIES sdpa_dq_copies(SDPA_FAMILY, SDPA_DETERMINISTIC, SDPA_MASK, SDPA_HEAD_DIM)
+
+/* Copy c (0 or 1) of the dQ accumulator and of the query tiles' counters. */
+SDPA_DEVICE float *dq_accum_of(const sdpa_kernel_params &p, int c) {
+  return c ? p.dq_accum_copy : p.dq_accum;
+}
+SDPA_DEVICE sdpa_i32 *counters_of(const sdpa_kernel_params &p, int c) {
+  return c ? p.semaphores_copy : p.semaphores;
+}
 
 /* ------------------------------------------------------------ preprocess */
 
-/* Zeroes dQacc (a grid-stride sweep over its dq_blocks, every copy) and
- * the query tiles' counters (when used, every copy); then PRE_LANES lanes per (row, head), 8
- * elements (16 bytes of O and of dO) a lane: Delta = sum(dO * O) over DV.
+/* Zeroes dQacc (a grid-stride sweep over its dq_blocks) and the query
+ * tiles' counters (when used), every copy of each; then PRE_LANES lanes
+ * per (row, head), 8 elements (16 bytes of O and of dO) a lane:
+ * Delta = sum(dO * O) over DV.
  * Row-major items (head fastest) keep a warp's loads contiguous in BSHD
  * memory. Any grid is correct (warps stride over the items together);
  * the host's sdpa_aux_blocks() gives every lane one item. */
@@ -54,14 +62,14 @@ sdpa_bwd_preprocess(const sdpa_kernel_params p) {
   const sdpa_i64 gid = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x;
   const sdpa_i64 threads = (sdpa_i64)gridDim.x * blockDim.x;
   {
+    const sdpa_i64 n = p.dq_blocks * p.heads_q * (DQA * 4); /* 16 x DQA floats a block */
+    const sdpa_i64 tiles = (sdpa_i64)p.heads_q * p.batch * p.q_tiles;
 #pragma unroll 1
     for (int c = 0; c < DQ_COPIES; ++c) {
-      float4 *acc = (float4 *)(c ? p.dq_accum_copy : p.dq_accum);
-      const sdpa_i64 n = p.dq_blocks * p.heads_q * (DQA * 4); /* 16 x DQA floats a block */
+      float4 *acc = (float4 *)dq_accum_of(p, c);
       for (sdpa_i64 i = gid; i < n; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (SDPA_FOLD_DQ || SDPA_DETERMINISTIC) {
-        sdpa_i32 *sem = c ? p.semaphores_copy : p.semaphores;
-        const sdpa_i64 tiles = (sdpa_i64)p.heads_q * p.batch * p.q_tiles;
+        sdpa_i32 *sem = counters_of(p, c);
         for (sdpa_i64 i = gid; i < tiles; i += threads) sem[i] = 0;
       }
     }
@@ -163,8 +171,8 @@ SDPA_DEVICE void store_dq_rows(u16 *dq, sdpa_i64 dq_seq, int r0, int rr, int pc,
 #endif
 
 /* One CTA per (16-row block of a sequence, head), grid.x = q_blocks *
- * batch * heads_q: dq = dtype(dQacc * scale) (the copies' sum), reading the block's
- * fragment-ordered pieces. sm_90: where dQ's rows are 16-byte aligned,
+ * batch * heads_q: dq = dtype(dQacc * scale) (dQacc: the copies' sum),
+ * reading the block's fragment-ordered pieces. sm_90: where dQ's rows are 16-byte aligned,
  * a thread a pair of rows of one piece (store_dq_rows: 64 bytes read, two
  * 16-byte stores; consecutive threads on consecutive pieces of a row);
  * else one 16 x 8 piece per 32 threads, a 4-byte store each. */
@@ -182,7 +190,7 @@ sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
   const sdpa_i64 at = ((dq_block_base(p, b, q0) + blk) * p.heads_q + h) * (sdpa_i64)(DQA * 16);
   const float *src = p.dq_accum + at;
 #if __CUDA_ARCH__ >= 900
-  const float *copy = DQ_COPIES > 1 ? p.dq_accum_copy + at : src;
+  const float *copy = dq_accum_of(p, DQ_COPIES - 1) + at; /* read only with two */
 #else
   static_assert(DQ_COPIES == 1, "sm_80-class: the mma.sync family, one copy");
 #endif

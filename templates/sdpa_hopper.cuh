@@ -442,8 +442,9 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
 }
 
 /* Warps 1 and 2, or warp 1 alone (DQ_WRITER_WARPS): ROW_THREADS
- * threads, one or two rows each. Each step's LSE2 = LSE * log2 e (+inf for rows past the sequence and rows with no
- * visible key, so that their P is 0) and Delta (0 past the sequence). */
+ * threads, one or two rows each. Each step's LSE2 = LSE * log2 e (+inf
+ * for rows past the sequence and rows with no visible key, so that their
+ * P is 0) and Delta (0 past the sequence). */
 static_assert(HOP_M % ROW_THREADS == 0, "rows per thread");
 SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 base,
                               unsigned char *smem, int g0) {
@@ -521,6 +522,13 @@ SDPA_DEVICE int dq_rank(const sdpa_kernel_params &p, const Work &w, int it) {
   return w.rot_q * a + below + w.rot_jd;
 }
 
+/* Copy `chain`'s counter of query tile (h, b, it) (write_dq: derived where
+ * used, with unsigned indices, so that no 64-bit value or sign word is
+ * kept live across the writer's waits). */
+SDPA_DEVICE sdpa_i32 *chain_counter(const sdpa_kernel_params &p, int chain, int h, int b, int it) {
+  return q_tile_counter_of<unsigned long long>(counters_of(p, chain), p, h, b, it);
+}
+
 /* dQ writer k of DQ_WRITERS (deterministic plans): the dQ tile of each
  * step st with st % DQ_WRITERS == k, staged by the consumers in buffer
  * k % DQ_BUFFERS, into dq_accum in a fixed order of the kv tiles that
@@ -543,15 +551,13 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, 
 #pragma unroll 1
   for (int st = k; st < w.steps; st += DQ_WRITERS) {
     const int kv_rank = dq_rank(p, w, it), chain = kv_rank % DQ_COPIES;
-    dq_turn_wait(q_tile_counter_of<unsigned long long>(chain ? p.semaphores_copy : p.semaphores, p,
-                                                       h, w.b, it),
-                 kv_rank / DQ_COPIES);
+    dq_turn_wait(chain_counter(p, chain, h, w.b, it), kv_rank / DQ_COPIES);
     mbar_wait(base + BAR_DQ_FULL(k), (st / DQ_WRITERS) & 1);
     fence_proxy_async_global(); /* the adds after the counter's acquire */
     const int i0 = it * HOP_M;
     const unsigned long long blk_elems = sdpa_widen(p.heads_q, 0ull) * (D * 16);
     float *const dqa =
-        (chain ? p.dq_accum_copy : p.dq_accum) +
+        dq_accum_of(p, chain) +
         ((unsigned long long)dq_block_base(p, w.b, w.q0) + sdpa_widen(i0 / 16, 0ull)) * blk_elems +
         sdpa_widen(h, 0ull) * (D * 16);
     const u32 staged = dq_buffer(base, k % DQ_BUFFERS);
@@ -564,9 +570,7 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, 
     bulk_wait_all();
     fence_proxy_async_global();
     __threadfence();
-    dq_turn_pass(q_tile_counter_of<unsigned long long>(chain ? p.semaphores_copy : p.semaphores, p,
-                                                       h, w.b, it),
-                 kv_rank / DQ_COPIES + 1);
+    dq_turn_pass(chain_counter(p, chain, h, w.b, it), kv_rank / DQ_COPIES + 1);
 #pragma unroll 1
     for (int n = 0; n < DQ_WRITERS; ++n) advance_step(w, it, h);
   }
