@@ -186,7 +186,7 @@ static int define_switch(const char *name, int fallback) {
 /* Whether the kernels reduce dQ by bulk reduce-adds (the default, or a
  * --define SDPA_HOPPER_DQ_BULK=0/1: it changes the shared-memory carve). */
 static int dq_bulk_defined(int head_dim) {
-  return define_switch("SDPA_HOPPER_DQ_BULK", SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim));
+  return define_switch("SDPA_HOPPER_DQ_BULK", SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim, 0));
 }
 
 /* Whether the kernel of a key with this head dim, layout and mask takes its tiles
@@ -207,7 +207,7 @@ static sdpa_hopper_config with_variants(sdpa_hopper_config c) {
 }
 
 static sdpa_hopper_config key_config(const hkey *k) {
-  return with_variants(sdpa_hopper_choose(k->head_dim, k->head_dim_v));
+  return with_variants(sdpa_hopper_choose(k->head_dim, k->head_dim_v, 0));
 }
 
 static void key_name(const hkey *k, char *out, size_t size) {
@@ -401,7 +401,7 @@ static hcase cases[MAX_CASES];
 static int case_count;
 
 static int case_even(const hcase *c) {
-  const sdpa_hopper_config cfg = sdpa_hopper_choose(c->head_dim, c->head_dim);
+  const sdpa_hopper_config cfg = sdpa_hopper_choose(c->head_dim, c->head_dim, 0);
   return c->layout == SDPA_LAYOUT_BSHD && c->seqlen_q % cfg.q_tile == 0 &&
          c->seqlen_kv % cfg.kv_tile == 0;
 }
@@ -515,7 +515,7 @@ static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
  * theirs, with this family's tiles). */
 static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
-  const sdpa_hopper_config cfg = sdpa_hopper_choose(c->head_dim, c->head_dim);
+  const sdpa_hopper_config cfg = sdpa_hopper_choose(c->head_dim, c->head_dim, 0);
   sdpa_kernel_params *p = &L->p;
   memset(L, 0, sizeof *L);
   const int thd = c->layout == SDPA_LAYOUT_THD;

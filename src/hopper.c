@@ -5,9 +5,8 @@
  * sm_90a only (wgmma and setmaxnreg are arch-specific), for head dims
  * that are multiples of 8 with head_dim_v <= head_dim <= 256 (and
  * head_dim_v > 64 above 128: sdpa_hopper_supported), deterministic or not
- * up to head_dim 192 (sdpa_hopper_deterministic_supported; with
- * SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT 0 deterministic plans take it only
- * when they ask for it), with the convert kernel writing dQ; every mask,
+ * (with SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT 0 deterministic plans take it
+ * only when they ask for it), with the convert kernel writing dQ; every mask,
  * BSHD and THD, GQA, packed and strided LSE. Its
  * Q, K, V and dO tiles arrive by bulk tensor copies, whose maps need
  * 16-byte-aligned byte strides below 2^40 (the descriptor's 8-element
@@ -69,13 +68,6 @@ int sdpa_hopper_covers(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, c
              d->head_dim, d->head_dim_v);
     return 0;
   }
-  if (d->deterministic && !sdpa_hopper_deterministic_supported(d->head_dim)) {
-    snprintf(why, why_size,
-             "deterministic at head_dim %d: the Hopper family's deterministic kernels cover "
-             "head_dim <= %d",
-             d->head_dim, SDPA_HOPPER_STAGING_MAX);
-    return 0;
-  }
   if (d->deterministic && !SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT &&
       o->family != SDPA_FAMILY_HOPPER) {
     snprintf(why, why_size,
@@ -120,7 +112,7 @@ static sdpa_hopper_config config_of(const sdpa_key_fields *f) {
 sdpa_status sdpa_hopper_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o,
                                       sdpa_key_fields *f, int *smem_bytes) {
   (void)o;
-  const sdpa_hopper_config c = sdpa_hopper_choose(d->head_dim, d->head_dim_v);
+  const sdpa_hopper_config c = sdpa_hopper_choose(d->head_dim, d->head_dim_v, d->deterministic);
   f->q_tile = c.q_tile;
   f->kv_tile = c.kv_tile;
   f->warps = c.warps;

@@ -56,7 +56,7 @@
  *   of 8, head_dim_v <= head_dim <= 256: sdpa_hopper_supported);
  *   SDPA_Q_TILE, SDPA_KV_TILE, SDPA_WARPS, SDPA_STAGES as
  *   sdpa_hopper_choose gives them; SDPA_LSE_PACKED; SDPA_LAYOUT 1 BSHD |
- *   2 THD; SDPA_MASK 0..3; SDPA_DETERMINISTIC (1, up to head_dim 192:
+ *   2 THD; SDPA_MASK 0..3; SDPA_DETERMINISTIC (1:
  *   each query tile's dQ adds in a fixed order of its kv tiles, each
  *   waiting for the previous tile's adds to be complete: bitwise-
  *   reproducible; kv-tile order, descending under a right-bounded
@@ -71,7 +71,7 @@
  * input. The block index order is the mma family's (decode_block).
  *
  * Compile-time variants besides the key (bench_hopper --define):
- * SDPA_HOPPER_DQ_BULK (default SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim); 0:
+ * SDPA_HOPPER_DQ_BULK (default SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim, det); 0:
  * dQ reduced from registers, its carve sdpa_hopper_smem_layout_variant(c,
  * 0, 1)), SDPA_HOPPER_DS_FP32_P, SDPA_HOPPER_STAGGER, SDPA_HOPPER_ABLATE,
  * SDPA_HOPPER_TRACE and SDPA_HOPPER_STAGES_VARIANT (measurement only),
@@ -99,7 +99,7 @@
  * waits for the unit to have read the slice before rewriting it. 0: one
  * red.global.add.v4.f32 per fragment from registers. */
 #ifndef SDPA_HOPPER_DQ_BULK
-#define SDPA_HOPPER_DQ_BULK SDPA_HOPPER_DQ_BULK_DEFAULT(SDPA_HEAD_DIM)
+#define SDPA_HOPPER_DQ_BULK SDPA_HOPPER_DQ_BULK_DEFAULT(SDPA_HEAD_DIM, SDPA_DETERMINISTIC)
 #endif
 /* Above head_dim 128 the wide kernel (sdpa_hopper_wide.cuh). */
 #define HOP_WIDE (SDPA_HEAD_DIM > SDPA_HOPPER_WIDE_ABOVE)
@@ -113,7 +113,7 @@
 /* The configuration of this key, and the one the traits choose for its
  * head dims: the translation unit's tiles must be those. */
 constexpr sdpa_hopper_config HOP_CFG = {D, DV, HOP_M, HOP_N, SDPA_WARPS, HOP_STAGES};
-constexpr sdpa_hopper_config HOP_CHOSEN = sdpa_hopper_choose(D, DV);
+constexpr sdpa_hopper_config HOP_CHOSEN = sdpa_hopper_choose(D, DV, SDPA_DETERMINISTIC);
 static_assert(sdpa_hopper_supported(D, DV), "head dims of the sm_90a family");
 #ifndef SDPA_HOPPER_STAGES_VARIANT /* measurement only: bench_hopper --define */
 #define SDPA_HOPPER_STAGES_VARIANT HOP_CHOSEN.stages
@@ -808,7 +808,9 @@ SDPA_DEVICE void dq_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off, int 
  * target in dq_accum, or null for rows past the sequence (nothing staged).
  * dq_send: the staged slice made visible to the bulk-copy unit and added
  * to that target by one bulk reduce-add, or (deterministic) handed to the
- * dQ writer (write_dq), which adds the tiles in kv-tile order. */
+ * dQ writer (write_dq), which adds the tiles in kv-tile order: the whole
+ * tile once each consumer has staged its last piece (LAST; a consumer
+ * that stages its columns in two GEMMs hands over after the second). */
 SDPA_DEVICE u32 dq_slice(u32 base, int st, int rb, int d_off) {
   return dq_buffer(base, st % DQ_BUFFERS) + (rb * D * 16 + (d_off / 8) * 128) * 4;
 }
@@ -848,10 +850,11 @@ SDPA_DEVICE float *dq_stage(const Work &w, u32 base, int st, int i0, int h, int 
   return dqa;
 }
 
-template <int NQ>
+template <int NQ, bool LAST>
 SDPA_DEVICE void dq_send(u32 base, int st, int rb, int d_off, float *const dqa) {
 #if SDPA_HOPPER_DQ_BULK && SDPA_DETERMINISTIC
   (void)rb, (void)d_off, (void)dqa;
+  if (!LAST) return; /* the writer takes the whole tile, once staged */
   fence_proxy_async();
   mbar_arrive(base + BAR_DQ_FULL(st % DQ_WRITERS));
 #elif SDPA_HOPPER_DQ_BULK
@@ -869,11 +872,11 @@ SDPA_DEVICE void dq_send(u32 base, int st, int rb, int d_off, float *const dqa) 
 #endif
 }
 
-template <int NQ>
+template <int NQ, bool LAST = true>
 SDPA_DEVICE void dq_out(const Work &w, u32 base, int st, int i0, int h, int rb, int d_off,
                         const float (&dq)[NQ / 2], float *const dq_first, sdpa_i64 blk_elems) {
-  dq_send<NQ>(base, st, rb, d_off,
-              dq_stage<NQ>(w, base, st, i0, h, rb, d_off, dq, dq_first, blk_elems));
+  dq_send<NQ, LAST>(base, st, rb, d_off,
+                    dq_stage<NQ>(w, base, st, i0, h, rb, d_off, dq, dq_first, blk_elems));
 }
 
 #if !HOP_WIDE
@@ -957,7 +960,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     float s[HOP_M / 2], dp[HOP_M / 2];
     issue_rows<D_STEPS>(s, s_kr, s_q);
     if (DQ_OUT && st > 0)
-      dq_send<NQ>(base, g0 + st - 1, q_off / 16 + wi, d_off, dq_target);
+      dq_send<NQ, true>(base, g0 + st - 1, q_off / 16 + wi, d_off, dq_target);
     if (st == 0) mbar_wait(base + BAR_V, kv_n & 1);
     issue_rows<DV_STEPS>(dp, s_vr, s_do);
 
@@ -1064,7 +1067,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   /* every GEMM of the tile has retired: the next tile's K and V may come */
   if (SDPA_HOPPER_PERSIST && w.steps > 0) mbar_arrive(base + BAR_KV_EMPTY);
   if (DQ_OUT && w.steps > 0)
-    dq_send<NQ>(base, g0 + w.steps - 1, q_off / 16 + wi, d_off, dq_target);
+    dq_send<NQ, true>(base, g0 + w.steps - 1, q_off / 16 + wi, d_off, dq_target);
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
   finish_consumer<D, DV>(p, w, base, acc_dk, acc_dv, row0, 0, 0);
 }

@@ -51,7 +51,7 @@ typedef struct sdpa_hopper_config {
 
 /* Whether the family compiles these head dims: multiples of 8 with
  * head_dim_v <= head_dim <= 256, and head_dim_v > 64 when head_dim > 128
- * (deterministic or not up to 192: sdpa_hopper_deterministic_supported).
+ * (deterministic or not).
  * The GEMMs run the exact widths (wgmma N = head_dim for dK, head_dim_v
  * for dV, or each consumer's share of them); their reductions over a head
  * dim round it up to 16 with the zeros the bulk copies write past a
@@ -91,14 +91,20 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_persistent_kernel(int head_dim, int layout, in
   return SDPA_HOPPER_PERSISTENT_KERNEL(head_dim, layout, mask, deterministic);
 }
 
-/* The largest head dim whose kernel has room for the dQ staging (the
- * wide kernel's carve at 256 is 231,616 bytes without it; with it, up to
- * 192 fits sm_90's 232,448: the kernel static_asserts its carve). Above
- * it dQ is reduced from registers, and there are no deterministic
- * kernels: their ordered adds go through the staging. */
+/* The largest head dim whose kernel has room for the dQ staging beside
+ * two Q / dO stages (the wide kernel's carve at 256 is 231,616 bytes
+ * without it; with it, up to 192 fits sm_90's 232,448: the kernel
+ * static_asserts its carve). Above it dQ is reduced from registers,
+ * except in deterministic kernels, whose ordered adds go through the
+ * staging: they keep one Q / dO stage (sdpa_hopper_stages) and stage dQ
+ * in the second one's room. */
 #define SDPA_HOPPER_STAGING_MAX 192
-SDPA_HOPPER_TRAIT int sdpa_hopper_deterministic_supported(int head_dim) {
-  return head_dim <= SDPA_HOPPER_STAGING_MAX;
+
+/* The Q / dO ring's depth: two, or one for a deterministic kernel above
+ * SDPA_HOPPER_STAGING_MAX (its dQ staging, a step's 64 x head_dim fp32,
+ * takes the room of the second stage's Q and dO tiles). */
+SDPA_HOPPER_TRAIT int sdpa_hopper_stages(int head_dim, int deterministic) {
+  return deterministic && head_dim > SDPA_HOPPER_STAGING_MAX ? 1 : 2;
 }
 
 /* Whether a deterministic kernel adds each query tile's dQ in descending
@@ -119,16 +125,17 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_dq_descends(int mask, int window_right, int gr
  * dP^T accumulators are 64 x 128 per consumer next to at most 64 + 64
  * dK/dV registers), 64 above (up to 128 dK/dV registers); kv tile 128
  * (two consumers of 64 rows), 64 above head_dim 128 (the wide kernel);
- * two stages. Tiles hold whole 64-column boxes (a head dim of 96 takes
- * the room of 128). */
-SDPA_HOPPER_TRAIT sdpa_hopper_config sdpa_hopper_choose(int head_dim, int head_dim_v) {
+ * two Q / dO stages (one where sdpa_hopper_stages says). Tiles hold
+ * whole 64-column boxes (a head dim of 96 takes the room of 128). */
+SDPA_HOPPER_TRAIT sdpa_hopper_config sdpa_hopper_choose(int head_dim, int head_dim_v,
+                                                         int deterministic) {
   sdpa_hopper_config c = {0, 0, 0, 0, 0, 0};
   c.head_dim = head_dim;
   c.head_dim_v = head_dim_v;
   c.q_tile = head_dim <= 64 ? 128 : 64;
   c.kv_tile = sdpa_hopper_wide(head_dim) ? 64 : 64 * SDPA_HOPPER_CONSUMERS;
   c.warps = SDPA_HOPPER_WARPS;
-  c.stages = 2;
+  c.stages = sdpa_hopper_stages(head_dim, deterministic);
   return c;
 }
 
@@ -255,9 +262,11 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
 /* How the default kernel reduces dQ into dq_accum: 1 through shared
  * memory and bulk reduce-adds (measured on the H200: +4 to +9% at S 4k
  * over 0, one vector reduction per fragment from registers), where the
- * staging fits (SDPA_HOPPER_STAGING_MAX); 0 above. A preprocessor
- * expression (the kernel tests it with #if). */
-#define SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim) ((head_dim) > SDPA_HOPPER_STAGING_MAX ? 0 : 1)
+ * staging fits beside two stages (SDPA_HOPPER_STAGING_MAX), and always
+ * when deterministic (the dQ writer adds the staged tiles in order); 0
+ * otherwise. A preprocessor expression (the kernel tests it with #if). */
+#define SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim, deterministic) \
+  ((deterministic) || (head_dim) <= SDPA_HOPPER_STAGING_MAX ? 1 : 0)
 
 /* The dQ staging buffers of a kernel that stages dQ (dq_bulk): 2 for
  * deterministic ones where the second fits sm_90's 227 KiB (not the wide
@@ -275,7 +284,7 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_dq_buffers(sdpa_hopper_config c, int dq_bulk,
 /* The default kernel's carve (what the runtime launches). */
 SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c, int layout,
                                                            int mask, int deterministic) {
-  const int bulk = SDPA_HOPPER_DQ_BULK_DEFAULT(c.head_dim);
+  const int bulk = SDPA_HOPPER_DQ_BULK_DEFAULT(c.head_dim, deterministic);
   return sdpa_hopper_smem_layout_variant(
       c, bulk, sdpa_hopper_dq_buffers(c, bulk, deterministic),
       sdpa_hopper_persistent_kernel(c.head_dim, layout, mask, deterministic));

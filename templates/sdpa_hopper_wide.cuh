@@ -21,14 +21,15 @@
  *   dK[:, its columns] += dS^T Q    the same with dS^T and Q
  *   dQ[:, its columns]  = dS K      dq_gemm, into dq_accum by dq_out: bulk
  *               reduce-adds from the staging up to head_dim 192, handed
- *               to the dQ writer when deterministic; above 192 (no room
- *               for the staging) one red.global.add.v4.f32 per fragment
+ *               to the dQ writer when deterministic (above 192 too: the
+ *               staging in the room of a second Q / dO stage,
+ *               sdpa_hopper_stages); above 192 otherwise one
+ *               red.global.add.v4.f32 per fragment
  * P^T and dS^T are double-buffered by step parity: a consumer writes step
  * st + 1's only after step st's meeting, which both reached after their
  * GEMMs of step st - 1 (the last readers of that buffer) completed; a
  * buffer's mbarrier completes a phase a use, so a consumer waits for
  * parity (st / 2) & 1.
- * Deterministic up to head_dim 192 (sdpa_hopper_deterministic_supported).
  */
 
 /* The consumers' shares of the head-dim columns: dK and dQ as the traits
@@ -122,8 +123,14 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
   for (int st = 0; st < w.steps; ++st) {
     const int i0 = it * HOP_M;
     mbar_wait(base + BAR_FULL(stage), phase);
-    const u32 s_q = base + SMEM_Q + stage * Q_TILE_BYTES;
-    const u32 s_do = base + SMEM_DO + stage * DO_TILE_BYTES;
+    /* One stage (sdpa_hopper_stages): the Q and dO addresses would be
+     * loop-invariant, and ptxas would hold every GEMM's descriptors of
+     * them across the loop (spills); an opaque stage keeps them derived
+     * where used, as with two stages. */
+    int ring = stage;
+    if (HOP_STAGES == 1) asm volatile("" : "+r"(ring));
+    const u32 s_q = base + SMEM_Q + ring * Q_TILE_BYTES;
+    const u32 s_do = base + SMEM_DO + ring * DO_TILE_BYTES;
     const u32 s_ds = base + SMEM_DS + buf * DS_TILE_BYTES;
     const u32 s_p = base + SMEM_P + buf * P_TILE_BYTES;
 
@@ -181,11 +188,14 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     /* ---- dV[:, V0..] += P^T dO, dK[:, K0..] += dS^T Q (A K-major from
      * shared memory, k = query columns; B MN-major from its box), and
      * dQ[:, K0..] = dS K, into dq_accum (warp wi holds the tile's 16-row
-     * block wi). Without the staging (head_dim > 192) its adds come from
-     * registers, and the GEMM runs in two parts of at most 64 columns (the
-     * second from the next box): at most 32 dQ accumulators sit next to
-     * the 128 of dK and dV. */
-    constexpr int NQ1 = (!SDPA_HOPPER_DQ_BULK && NK > 64) ? 64 : NK, NQ2 = NK - NQ1;
+     * block wi). Above head_dim 192 (or without the staging) the GEMM runs
+     * in two parts of at most 64 columns (the second from the next box):
+     * at most 32 dQ accumulators sit next to the 128 of dK and dV; their
+     * adds come from registers, or (deterministic) each part is staged
+     * and the writer takes the tile after the second. */
+    constexpr int NQ1 =
+        (NK > 64 && (!SDPA_HOPPER_DQ_BULK || D > SDPA_HOPPER_STAGING_MAX)) ? 64 : NK;
+    constexpr int NQ2 = NK - NQ1;
     float dq[NQ1 / 2];
     if constexpr (SDPA_HOPPER_WIDE_DQ_INTERLEAVE) {
       wgmma_fence();
@@ -195,7 +205,7 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       if constexpr (NQ2 == 0) wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
       wgmma_wait<(NQ2 > 0 ? 1 : 2)>(); /* dQ (part 1) done */
       reg_fence(dq);
-      dq_out<NQ1>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
+      dq_out<NQ1, NQ2 == 0>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
       if constexpr (NQ2 > 0) {
         float dq2[NQ2 / 2];
         wgmma_fence();
@@ -221,7 +231,7 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       mbar_arrive(base + BAR_EMPTY(stage));
       wgmma_wait<0>();
       reg_fence(dq);
-      dq_out<NQ1>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
+      dq_out<NQ1, NQ2 == 0>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
       if constexpr (NQ2 > 0) {
         float dq2[NQ2 / 2];
         wgmma_fence();

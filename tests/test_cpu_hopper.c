@@ -94,10 +94,11 @@ START_TEST(family_choice_and_reasons) {
   cases[0].d = desc_for(SDPA_DTYPE_BF16, 136, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
   cases[0].d.head_dim_v = 48;
   cases[0].why = "head_dim_v 48";
-  cases[1].label = "deterministic head_dim 256";
-  cases[1].d = desc_for(SDPA_DTYPE_BF16, 256, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+  cases[1].label = "head_dim 192, head_dim_v 56";
+  cases[1].d = desc_for(SDPA_DTYPE_BF16, 192, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_TOP_LEFT, 0, 0);
+  cases[1].d.head_dim_v = 56;
   cases[1].d.deterministic = 1;
-  cases[1].why = "deterministic at head_dim 256";
+  cases[1].why = "head_dim_v 56";
   cases[2].label = "sm_80";
   cases[2].d = d;
   cases[2].d.arch = 80;
@@ -134,6 +135,22 @@ START_TEST(family_choice_and_reasons) {
   ck_assert_int_eq(info.family, SDPA_FAMILY_HOPPER);
   ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), ";det=1;"));
   ck_assert_int_gt((long long)sdpa_bwd_workspace_size(plan), 0);
+  sdpa_bwd_plan_destroy(plan);
+  /* above head_dim 192 too: one Q / dO stage, the dQ staging in the
+   * second one's room (sdpa_hopper_stages), within sm_90's shared memory */
+  sdpa_bwd_desc det256 = desc_for(SDPA_DTYPE_BF16, 256, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+  det256.deterministic = 1;
+  ck_assert_msg(sdpa_bwd_plan_create_with(&plan, rt, &det256, &hop) == SDPA_STATUS_SUCCESS,
+                "%s", sdpa_last_error());
+  ck_assert_int_eq(sdpa_bwd_plan_query(plan, &info), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(info.family, SDPA_FAMILY_HOPPER);
+  ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), ";stages=1;"));
+  ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), ";det=1;"));
+  ck_assert_int_le(info.smem_bytes, sdpa_arch_smem_limit(90));
+  sdpa_bwd_plan_destroy(plan);
+  det256.deterministic = 0;
+  ck_assert_int_eq(sdpa_bwd_plan_create_with(&plan, rt, &det256, &hop), SDPA_STATUS_SUCCESS);
+  ck_assert_ptr_nonnull(strstr(sdpa_bwd_plan_key(plan), ";stages=2;"));
   sdpa_bwd_plan_destroy(plan);
   ck_assert_int_eq(sdpa_bwd_plan_create(&plan, rt, &det), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(sdpa_bwd_plan_query(plan, &info), SDPA_STATUS_SUCCESS);
@@ -215,9 +232,13 @@ START_TEST(representative_keys_compile_clean) {
       {SDPA_DTYPE_BF16, 136, 72, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 1, 0, 0},
       /* K's fragments in registers (192 / 128, 136 / 72 above too), THD */
       {SDPA_DTYPE_FP16, 176, 120, SDPA_LAYOUT_THD, SDPA_MASK_SLIDING_WINDOW, 0, 1, 0},
-      /* the wide kernel's deterministic keys (up to 192) */
+      /* the wide kernel's deterministic keys; above 192 with one Q / dO
+       * stage and dQ staged in two parts */
       {SDPA_DTYPE_BF16, 192, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 1},
       {SDPA_DTYPE_FP16, 192, 0, SDPA_LAYOUT_THD, SDPA_MASK_SLIDING_WINDOW, 0, 1, 1},
+      {SDPA_DTYPE_BF16, 256, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 1},
+      {SDPA_DTYPE_FP16, 224, 0, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 1, 1},
+      {SDPA_DTYPE_BF16, 256, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 0, 1},
   };
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     sdpa_bwd_desc d = desc_for(keys[i].dtype, keys[i].hd, keys[i].layout, keys[i].mask,

@@ -839,10 +839,16 @@ static const case_spec deterministic_specs[] = {
              LENS(600, 40, 5)),
     /* a left window: a query tile's first visiting kv tile is not tile 0 */
     BSHD_CASE("det_window_200_0", 1, 2, 1, 520, 520, 128, 0, WIN, 200, 0, 0, PACKED, LP, 1),
-    /* head dims above 128 (the sm_90a family's wide kernel up to 192):
-     * 192 / 128 causal, 160 with GQA */
+    /* head dims above 128 (the sm_90a family's wide kernel; above 192
+     * with one Q / dO stage and dQ staged in two parts): 192 / 128
+     * causal, 160 with GQA, 256 causal, 224 with GQA (two dQ chains),
+     * 232 / 128 THD in a window */
     BSHD_CASE("det_hd192_128_causal", 1, 2, 1, 333, 333, 192, 128, BR, 0, 0, 0, PACKED, LP, 1),
     BSHD_CASE("det_gqa_4_2_hd160", 2, 4, 2, 200, 260, 160, 0, NONE, 0, 0, 0, PACKED, LP, 1),
+    BSHD_CASE("det_hd256_causal", 1, 2, 1, 333, 333, 256, 0, BR, 0, 0, 0, PACKED, LP, 1),
+    BSHD_CASE("det_gqa_4_2_hd224", 2, 4, 2, 200, 260, 224, 0, NONE, 0, 0, 0, PACKED, LP, 1),
+    THD_CASE("det_thd_hd232_128_window", 3, 2, 1, 232, 128, WIN, 100, 30, 0, PACKED, LPAD, 1,
+             LENS(300, 17, 0), LENS(260, 40, 5)),
     /* the sm_90a orders of the adds: no mask with more kv tiles than
      * query tiles (the rotation's ties), causal over many tiles and a
      * window open to the right (the kv-tile order) */
