@@ -288,6 +288,16 @@ static_assert(SMEM_BAR % 8 == 0 && HOP_SMEM.carve + 1024 == HOP_SMEM.total &&
 #define BAR_WORK_EMPTY(n) (BAR_K + 88 + 8 * ((n) & 1))
 static_assert(BAR_WORK_EMPTY(1) + 8 == SMEM_BAR + 8 * SDPA_HOPPER_BARRIERS(HOP_STAGES),
               "the barriers' region");
+/* A one-stage ring (sdpa_hopper_stages; the wide kernel, never
+ * persistent) loads dO on barriers of its own, in the work slots' room:
+ * the consumers' last GEMM of a step reads dO (DO_LAST), so Q is free
+ * and the next step's Q (with its LSE / Delta rows) comes in while they
+ * finish; full[0] and empty[0] are Q's, do_full / do_empty dO's. */
+#define HOP_SPLIT_DO (HOP_STAGES == 1)
+#define BAR_DO_FULL BAR_WORK_FULL(0)
+#define BAR_DO_EMPTY BAR_WORK_EMPTY(0)
+static_assert(!HOP_SPLIT_DO || (HOP_WIDE && !SDPA_HOPPER_PERSIST),
+              "dO's barriers take the work slots' of a kernel that does not loop over tiles");
 
 /* dQ staging buffer b of DQ_BUFFERS: a step's [HOP_M / 16][16 x D] fp32 */
 SDPA_DEVICE u32 dq_buffer(u32 base, int b) { return base + SMEM_DQ + b * (HOP_M * D * 4); }
@@ -422,7 +432,7 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
     const int g = g0 + st, stage = g % HOP_STAGES, use = g / HOP_STAGES;
     if (use > 0) mbar_wait(base + BAR_EMPTY(stage), (use - 1) & 1);
     const u32 full = base + BAR_FULL(stage);
-    mbar_arrive_expect_tx(full, Q_TILE_BYTES + DO_TILE_BYTES);
+    mbar_arrive_expect_tx(full, Q_TILE_BYTES + (HOP_SPLIT_DO ? 0 : DO_TILE_BYTES));
     const u32 sq_ = base + SMEM_Q + stage * Q_TILE_BYTES;
     const u32 sdo = base + SMEM_DO + stage * DO_TILE_BYTES;
 #pragma unroll
@@ -434,9 +444,15 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
       for (int x = 0; x < sdpa_hopper_boxes(DV); ++x)
         tma_tile(base + SMEM_V + x * BOX_KV, &maps.v, base + BAR_V, x, w.k0, w.kv0, w.hk, w.b);
     }
+    u32 do_full = full;
+    if (HOP_SPLIT_DO) {
+      if (use > 0) mbar_wait(base + BAR_DO_EMPTY, (use - 1) & 1);
+      do_full = base + BAR_DO_FULL;
+      mbar_arrive_expect_tx(do_full, DO_TILE_BYTES);
+    }
 #pragma unroll
     for (int x = 0; x < sdpa_hopper_boxes(DV); ++x)
-      tma_tile(sdo + x * BOX_Q, &maps.dout, full, x, it * HOP_M, w.q0, h, w.b);
+      tma_tile(sdo + x * BOX_Q, &maps.dout, do_full, x, it * HOP_M, w.q0, h, w.b);
     advance_step(w, it, h);
   }
 }
@@ -1142,7 +1158,9 @@ SDPA_DEVICE void init_barriers(u32 base) {
     mbar_init(base + BAR_DQ_EMPTY(b), 1);
     mbar_init(base + BAR_HALVES(b), CONSUMER_THREADS);
     mbar_init(base + BAR_WORK_FULL(b), 1);
-    mbar_init(base + BAR_WORK_EMPTY(b), WORK_ARRIVALS);
+    /* do_full (work_full[0]) takes the TMA thread's one arrival as well */
+    mbar_init(base + BAR_WORK_EMPTY(b),
+              HOP_SPLIT_DO && b == 0 ? CONSUMER_THREADS /* do_empty */ : WORK_ARRIVALS);
   }
   mbar_init(base + BAR_KV_EMPTY, CONSUMER_THREADS);
   mbar_init_fence();

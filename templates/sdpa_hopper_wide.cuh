@@ -60,6 +60,8 @@ constexpr bool WIDE_K_REGS = SDPA_HOPPER_WIDE_K_REGS;
 #ifndef SDPA_HOPPER_WIDE_DQ_INTERLEAVE
 #define SDPA_HOPPER_WIDE_DQ_INTERLEAVE 1
 #endif
+static_assert(!HOP_SPLIT_DO || (SDPA_HOPPER_WIDE_DQ_INTERLEAVE && D > SDPA_HOPPER_STAGING_MAX),
+              "a one-stage ring: dQ in two parts a consumer, dK's GEMM before dV's");
 
 /* acc += A B over the step's 64 query columns (k): A the P^T or dS^T
  * tile (K-major, kv rows x query columns), B the dO or Q box of this
@@ -148,6 +150,10 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       rows_gemm<QH, D_STEPS>(s, s_k, s_q + Q0 * 128);
     }
     wgmma_commit();
+    if (HOP_SPLIT_DO) { /* dO in after Q; the fence ptxas would add after the wait (C7519) */
+      mbar_wait(base + BAR_DO_FULL, phase);
+      wgmma_fence();
+    }
     rows_gemm<QH, DV_STEPS>(dp, s_v, s_do + Q0 * 128);
     wgmma_commit();
 
@@ -198,10 +204,15 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     constexpr int NQ2 = NK - NQ1;
     float dq[NQ1 / 2];
     if constexpr (SDPA_HOPPER_WIDE_DQ_INTERLEAVE) {
+      /* dV's GEMM before dK's; with dO on barriers of its own
+       * (HOP_SPLIT_DO), dK's first, so that Q is free before dO */
       wgmma_fence();
       dq_gemm<NQ1>(dq, s_ds, s_k, 0, K0);
       wgmma_commit();
-      wide_acc_gemm<NV>(acc_dv, s_p, s_do + (V0 / 64) * BOX_Q);
+      if constexpr (HOP_SPLIT_DO)
+        wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
+      else
+        wide_acc_gemm<NV>(acc_dv, s_p, s_do + (V0 / 64) * BOX_Q);
       if constexpr (NQ2 == 0) wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
       wgmma_wait<(NQ2 > 0 ? 1 : 2)>(); /* dQ (part 1) done */
       reg_fence(dq);
@@ -211,14 +222,19 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
         wgmma_fence();
         dq_gemm<NQ2>(dq2, s_ds, s_k, 0, K0 + NQ1);
         wgmma_commit();
-        wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
+        if constexpr (HOP_SPLIT_DO)
+          wide_acc_gemm<NV>(acc_dv, s_p, s_do + (V0 / 64) * BOX_Q);
+        else
+          wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
         wgmma_wait<1>();
         reg_fence(dq2);
+        if (HOP_SPLIT_DO) mbar_arrive(base + BAR_EMPTY(stage)); /* dK done: Q is free */
         dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1, dq2, dq_first + (NQ1 / 8) * 128,
                     blk_elems);
       }
       wgmma_wait<0>();
-      mbar_arrive(base + BAR_EMPTY(stage)); /* dV, dK done: the stage is free */
+      /* dV, dK done: the stage (or, HOP_SPLIT_DO, its dO) is free */
+      mbar_arrive(base + (HOP_SPLIT_DO ? BAR_DO_EMPTY : BAR_EMPTY(stage)));
     } else {
       wgmma_fence();
       wide_acc_gemm<NV>(acc_dv, s_p, s_do + (V0 / 64) * BOX_Q);
