@@ -819,7 +819,8 @@ SDPA_DEVICE void dq_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off, int 
  * them. dq_stage: SDPA_HOPPER_DQ_BULK: staged in shared memory at
  * fragment d_off / 8 of block rb (sdpa_hopper_traits.h; NQ / 8 fragments
  * of 128 floats, contiguous here and in dq_accum), once the unit (or,
- * deterministic, the dQ writer) has read the previous step's; else one
+ * deterministic, the dQ writer) has read the previous step's (the
+ * step's FIRST piece waits; a later one goes elsewhere); else one
  * vector reduction per fragment from registers. It returns the slice's
  * target in dq_accum, or null for rows past the sequence (nothing staged).
  * dq_send: the staged slice made visible to the bulk-copy unit and added
@@ -831,7 +832,7 @@ SDPA_DEVICE u32 dq_slice(u32 base, int st, int rb, int d_off) {
   return dq_buffer(base, st % DQ_BUFFERS) + (rb * D * 16 + (d_off / 8) * 128) * 4;
 }
 
-template <int NQ>
+template <int NQ, bool FIRST>
 SDPA_DEVICE float *dq_stage(const Work &w, u32 base, int st, int i0, int h, int rb, int d_off,
                             const float (&dq)[NQ / 2], float *const dq_first,
                             sdpa_i64 blk_elems) {
@@ -840,14 +841,17 @@ SDPA_DEVICE float *dq_stage(const Work &w, u32 base, int st, int i0, int h, int 
 #if SDPA_DETERMINISTIC
   (void)w;
   /* the writer has read this buffer's previous step (st - DQ_BUFFERS) */
-  if (st >= DQ_BUFFERS) mbar_wait(base + BAR_DQ_EMPTY(st % DQ_BUFFERS), (st / DQ_BUFFERS - 1) & 1);
+  if (FIRST && st >= DQ_BUFFERS)
+    mbar_wait(base + BAR_DQ_EMPTY(st % DQ_BUFFERS), (st / DQ_BUFFERS - 1) & 1);
 #else
   (void)st;
   if (!SDPA_EVEN && i0 + 16 * rb >= w.sq) return nullptr;
 #endif
 #if SDPA_HOPPER_DQ_BULK
 #if !SDPA_DETERMINISTIC
-  if (SDPA_HOPPER_ABLATE != 4) bulk_wait_read(); /* the unit has read the previous step's slice */
+  /* the unit has read this thread's earlier slices (the previous step's;
+   * a step's later pieces go elsewhere in the buffer) */
+  if (FIRST && SDPA_HOPPER_ABLATE != 4) bulk_wait_read();
   __syncwarp();
 #endif
   const u32 slice = dq_slice(base, st, rb, d_off);
@@ -888,11 +892,11 @@ SDPA_DEVICE void dq_send(u32 base, int st, int rb, int d_off, float *const dqa) 
 #endif
 }
 
-template <int NQ, bool LAST = true>
+template <int NQ, bool FIRST = true, bool LAST = true>
 SDPA_DEVICE void dq_out(const Work &w, u32 base, int st, int i0, int h, int rb, int d_off,
                         const float (&dq)[NQ / 2], float *const dq_first, sdpa_i64 blk_elems) {
   dq_send<NQ, LAST>(base, st, rb, d_off,
-                    dq_stage<NQ>(w, base, st, i0, h, rb, d_off, dq, dq_first, blk_elems));
+                    dq_stage<NQ, FIRST>(w, base, st, i0, h, rb, d_off, dq, dq_first, blk_elems));
 }
 
 #if !HOP_WIDE
@@ -1058,7 +1062,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
       wgmma_wait<1>();
       reg_fence(dq);
       if (DQ_OUT)
-        dq_target = dq_stage<NQ>(w, base, g0 + st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
+        dq_target = dq_stage<NQ, true>(w, base, g0 + st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
                                  blk_elems);
       wgmma_wait<0>();
       mbar_arrive(base + BAR_EMPTY(stage));
@@ -1073,7 +1077,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
       wgmma_wait<0>();
       reg_fence(dq);
       if (DQ_OUT)
-        dq_target = dq_stage<NQ>(w, base, g0 + st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
+        dq_target = dq_stage<NQ, true>(w, base, g0 + st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
                                  blk_elems);
     }
     advance_ring(stage, phase, ds);

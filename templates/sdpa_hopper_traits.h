@@ -94,17 +94,23 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_persistent_kernel(int head_dim, int layout, in
 /* The largest head dim whose kernel has room for the dQ staging beside
  * two Q / dO stages (the wide kernel's carve at 256 is 231,616 bytes
  * without it; with it, up to 192 fits sm_90's 232,448: the kernel
- * static_asserts its carve). Above it dQ is reduced from registers,
- * except in deterministic kernels, whose ordered adds go through the
- * staging: they keep one Q / dO stage (sdpa_hopper_stages) and stage dQ
- * in the second one's room. */
+ * static_asserts its carve). Above it a kernel either keeps two stages
+ * and reduces dQ from registers, or takes one Q / dO stage and stages dQ
+ * in the second one's room (SDPA_HOPPER_ONE_STAGE): deterministic
+ * kernels always (their ordered adds go through the staging), the others
+ * where SDPA_HOPPER_ONE_STAGE_ALL. */
 #define SDPA_HOPPER_STAGING_MAX 192
+#ifndef SDPA_HOPPER_ONE_STAGE_ALL
+#define SDPA_HOPPER_ONE_STAGE_ALL 1
+#endif
+#define SDPA_HOPPER_ONE_STAGE(head_dim, deterministic) \
+  ((head_dim) > SDPA_HOPPER_STAGING_MAX && ((deterministic) || SDPA_HOPPER_ONE_STAGE_ALL))
 
-/* The Q / dO ring's depth: two, or one for a deterministic kernel above
- * SDPA_HOPPER_STAGING_MAX (its dQ staging, a step's 64 x head_dim fp32,
- * takes the room of the second stage's Q and dO tiles). */
+/* The Q / dO ring's depth: two, or one (SDPA_HOPPER_ONE_STAGE; its dQ
+ * staging, a step's 64 x head_dim fp32, takes the room of the second
+ * stage's Q and dO tiles). */
 SDPA_HOPPER_TRAIT int sdpa_hopper_stages(int head_dim, int deterministic) {
-  return deterministic && head_dim > SDPA_HOPPER_STAGING_MAX ? 1 : 2;
+  return SDPA_HOPPER_ONE_STAGE(head_dim, deterministic) ? 1 : 2;
 }
 
 /* Whether a deterministic kernel adds each query tile's dQ in descending
@@ -262,11 +268,12 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
 /* How the default kernel reduces dQ into dq_accum: 1 through shared
  * memory and bulk reduce-adds (measured on the H200: +4 to +9% at S 4k
  * over 0, one vector reduction per fragment from registers), where the
- * staging fits beside two stages (SDPA_HOPPER_STAGING_MAX), and always
- * when deterministic (the dQ writer adds the staged tiles in order); 0
- * otherwise. A preprocessor expression (the kernel tests it with #if). */
+ * staging fits beside two stages (SDPA_HOPPER_STAGING_MAX) or takes the
+ * second one's room (SDPA_HOPPER_ONE_STAGE; the deterministic kernels'
+ * dQ writers add the staged tiles in order); 0 otherwise. A
+ * preprocessor expression (the kernel tests it with #if). */
 #define SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim, deterministic) \
-  ((deterministic) || (head_dim) <= SDPA_HOPPER_STAGING_MAX ? 1 : 0)
+  ((head_dim) <= SDPA_HOPPER_STAGING_MAX || SDPA_HOPPER_ONE_STAGE(head_dim, deterministic) ? 1 : 0)
 
 /* The dQ staging buffers of a kernel that stages dQ (dq_bulk): 2 for
  * deterministic ones where the second fits sm_90's 227 KiB (not the wide

@@ -216,7 +216,7 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       if constexpr (NQ2 == 0) wide_acc_gemm<NK>(acc_dk, s_ds, s_q + (K0 / 64) * BOX_Q);
       wgmma_wait<(NQ2 > 0 ? 1 : 2)>(); /* dQ (part 1) done */
       reg_fence(dq);
-      dq_out<NQ1, NQ2 == 0>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
+      dq_out<NQ1, true, NQ2 == 0>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
       if constexpr (NQ2 > 0) {
         float dq2[NQ2 / 2];
         wgmma_fence();
@@ -229,7 +229,7 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
         wgmma_wait<1>();
         reg_fence(dq2);
         if (HOP_SPLIT_DO) mbar_arrive(base + BAR_EMPTY(stage)); /* dK done: Q is free */
-        dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1, dq2, dq_first + (NQ1 / 8) * 128,
+        dq_out<NQ2, false>(w, base, st, i0, h, wi, K0 + NQ1, dq2, dq_first + (NQ1 / 8) * 128,
                     blk_elems);
       }
       wgmma_wait<0>();
@@ -247,7 +247,7 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       mbar_arrive(base + BAR_EMPTY(stage));
       wgmma_wait<0>();
       reg_fence(dq);
-      dq_out<NQ1, NQ2 == 0>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
+      dq_out<NQ1, true, NQ2 == 0>(w, base, st, i0, h, wi, K0, dq, dq_first, blk_elems);
       if constexpr (NQ2 > 0) {
         float dq2[NQ2 / 2];
         wgmma_fence();
@@ -255,7 +255,7 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(dq2);
-        dq_out<NQ2>(w, base, st, i0, h, wi, K0 + NQ1, dq2, dq_first + (NQ1 / 8) * 128,
+        dq_out<NQ2, false>(w, base, st, i0, h, wi, K0 + NQ1, dq2, dq_first + (NQ1 / 8) * 128,
                     blk_elems);
       }
     }
