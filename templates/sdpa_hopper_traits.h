@@ -94,17 +94,15 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_persistent_kernel(int head_dim, int layout, in
 /* The largest head dim whose kernel has room for the dQ staging beside
  * two Q / dO stages (the wide kernel's carve at 256 is 231,616 bytes
  * without it; with it, up to 192 fits sm_90's 232,448: the kernel
- * static_asserts its carve). Above it a kernel either keeps two stages
- * and reduces dQ from registers, or takes one Q / dO stage and stages dQ
- * in the second one's room (SDPA_HOPPER_ONE_STAGE): deterministic
- * kernels always (their ordered adds go through the staging), the others
- * where SDPA_HOPPER_ONE_STAGE_ALL. */
+ * static_asserts its carve). Above it a kernel keeps two stages and
+ * reduces dQ from registers, except a deterministic one, whose ordered
+ * adds go through the staging: it takes one Q / dO stage and stages dQ
+ * in the second one's room (SDPA_HOPPER_ONE_STAGE). The same for every
+ * kernel above 192 measured 21-27% slower than two stages and register
+ * reductions (bench/HOPPER-NOTES.md, thirteenth session). */
 #define SDPA_HOPPER_STAGING_MAX 192
-#ifndef SDPA_HOPPER_ONE_STAGE_ALL
-#define SDPA_HOPPER_ONE_STAGE_ALL 1
-#endif
 #define SDPA_HOPPER_ONE_STAGE(head_dim, deterministic) \
-  ((head_dim) > SDPA_HOPPER_STAGING_MAX && ((deterministic) || SDPA_HOPPER_ONE_STAGE_ALL))
+  ((head_dim) > SDPA_HOPPER_STAGING_MAX && (deterministic))
 
 /* The Q / dO ring's depth: two, or one (SDPA_HOPPER_ONE_STAGE; its dQ
  * staging, a step's 64 x head_dim fp32, takes the room of the second
