@@ -818,17 +818,25 @@ END_TEST
 
 /* On sm_90 the default grid's keys are the ones AUTO plans there: the
  * Hopper family's where it covers the point (one key a layout: its tiles
- * have no small-grid class), mma.sync's elsewhere (deterministic above
- * head_dim 192). */
+ * have no small-grid class; deterministic above head_dim 192 with one
+ * Q / dO stage), mma.sync's elsewhere (head_dim_v 64 under head_dim
+ * 256). */
 START_TEST(test_preheat_sm90_families) {
   run_result r =
       preheat_json("--arch 90 --dtype bf16 --head-dim 96,256 --mask none --deterministic 1", 4);
   ck_assert_msg(strstr(r.out, "family=hopper;dtype=bf16;hd=96;hdv=96;qt=64;kvt=128;warps=12;"),
                 "no Hopper key at head_dim 96: %s", r.out);
-  ck_assert_msg(strstr(r.out, "family=mma;dtype=bf16;hd=256;"),
-                "no mma.sync key at deterministic head_dim 256: %s", r.out);
-  ck_assert_msg(!strstr(r.out, "family=mma;dtype=bf16;hd=96;"),
-                "an mma.sync key at head_dim 96: %s", r.out);
+  ck_assert_msg(
+      strstr(r.out, "family=hopper;dtype=bf16;hd=256;hdv=256;qt=64;kvt=64;warps=12;stages=1;"),
+      "no one-stage Hopper key at deterministic head_dim 256: %s", r.out);
+  ck_assert_msg(!strstr(r.out, "family=mma;"), "an mma.sync key: %s", r.out);
+  run_result_free(&r);
+  r = preheat_json("--arch 90 --dtype bf16 --head-dim 256 --head-dim-v 64 --mask none "
+                   "--deterministic 1",
+                   2);
+  ck_assert_msg(strstr(r.out, "family=mma;dtype=bf16;hd=256;hdv=64;"),
+                "no mma.sync key at head_dim 256, head_dim_v 64: %s", r.out);
+  ck_assert_msg(!strstr(r.out, "family=hopper;"), "a Hopper key at head_dim_v 64: %s", r.out);
   run_result_free(&r);
 }
 END_TEST
