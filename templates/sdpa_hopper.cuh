@@ -10,14 +10,16 @@
  *     warpgroup 0   producer (setmaxnreg.dec to PRODUCER_REGS). Warp 0's
  *                   lane 0 loads K and V once and then, per step, the
  *                   step's Q and dO tiles into a STAGES-deep ring (TMA,
- *                   completing on the stage's `full` mbarrier); warps 1-2
- *                   write the step's LSE * log2 e and Delta rows into the
- *                   ring (+inf and 0 for rows past the sequence, +inf for
- *                   rows that see no key) and arrive on the same barrier.
- *                   Both wait on the stage's `empty` barrier before reuse.
- *                   Warp 3's lane 0, in deterministic kernels: the dQ
- *                   writer (write_dq), which adds each step's staged dQ
- *                   tile in kv-tile order while the consumers go on.
+ *                   completing on the stage's `full` mbarrier; a one-stage
+ *                   ring, HOP_SPLIT_DO, loads dO on barriers of its own);
+ *                   warps 1-2 write the step's LSE * log2 e and Delta rows
+ *                   into the ring (+inf and 0 for rows past the sequence,
+ *                   +inf for rows that see no key) and arrive on the same
+ *                   barrier. Both wait on the stage's `empty` barrier
+ *                   before reuse. In deterministic kernels, lanes of warp
+ *                   3 (or lane 0 of warps 3 and 2: DQ_WRITER_WARPS): the
+ *                   dQ writers (write_dq), which add each step's staged
+ *                   dQ tile in kv-tile order while the consumers go on.
  *     warpgroups 1, 2   consumers (setmaxnreg.inc to CONSUMER_REGS), each
  *                   owning 64 of the N kv rows (up to head_dim 128; above,
  *                   the wide kernel's consumers in sdpa_hopper_wide.cuh
