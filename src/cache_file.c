@@ -20,7 +20,8 @@
  * initialized); a header without our application_id is read until two
  * reads agree (another process may be writing page 1 as we read it). A
  * WAL file whose header is not yet checkpointed is asked
- * through a read-only connection, which never writes the database. Only a
+ * through a read-only connection, which never writes the database (the
+ * application_id and the schema from one snapshot). Only a
  * file that is ours is ever moved aside (damaged) or migrated.
  */
 #include <dirent.h>
@@ -166,15 +167,20 @@ static uint32_t big_endian32(const unsigned char *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* Reads the application_id through a read-only connection (WAL content
- * included). Returns an SQLite code. */
+/* Reads the application_id and the count of schema objects through a
+ * read-only connection (WAL content included), both from one snapshot:
+ * read in two transactions, another process's schema commit between them
+ * gave "application_id 0 with tables", another program's database.
+ * Returns an SQLite code. */
 static int read_app_id(const char *path, int *app_id, int *tables) {
   sqlite3 *db = NULL;
   int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
   if (rc == SQLITE_OK) {
     sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
-    rc = cache_pragma_int(db, "PRAGMA application_id", app_id);
+    rc = cache_exec(db, "BEGIN", NULL, 0);
+    if (rc == SQLITE_OK) rc = cache_pragma_int(db, "PRAGMA application_id", app_id);
     if (rc == SQLITE_OK) rc = cache_pragma_int(db, "SELECT count(*) FROM sqlite_master", tables);
+    cache_rollback(db); /* ends the read transaction */
   }
   sqlite3_close_v2(db);
   return rc;

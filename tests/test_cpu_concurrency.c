@@ -290,6 +290,69 @@ START_TEST(eight_ranks_compile_each_key_once) {
 }
 END_TEST
 
+/* ------------------------------------- a new cache, opened by eight */
+
+/* Rounds of eight processes opening one new cache at once: every one
+ * must take it as ours (the file that another of them is creating), none
+ * fall back to memory. A process that read the application_id and the
+ * schema in two transactions, with another's schema commit between them,
+ * saw "application_id 0 with tables" and called the file another
+ * program's: about one open in a thousand, under load. */
+enum { OPEN_ROUNDS = 150 };
+
+/* One process of a round: 0 when its runtime uses the file, else 1 + the
+ * warnings it logged. */
+static void open_rank(const char *db_path, int start_fd) {
+  sdpa_test_log counter;
+  char go = 0;
+  sdpa_test_log_init(&counter);
+  if (read(start_fd, &go, 1) != 1) _exit(90);
+  sdpa_runtime *rt = runtime_on(db_path, &counter);
+  const int persistent = rt && sdpa_runtime_cache_path(rt) != NULL;
+  sdpa_runtime_destroy(rt);
+  if (counter.warnings > 0) fprintf(stderr, "open_rank: %s\n", counter.text[0]);
+  _exit(persistent && counter.warnings == 0 ? 0 : 1 + (counter.warnings < 50 ? counter.warnings : 50));
+}
+
+START_TEST(eight_processes_open_a_new_cache) {
+  char *dir = sdpa_test_tmpdir("opens");
+  int failures = 0;
+  for (int round = 0; round < OPEN_ROUNDS; round++) {
+    char name[32];
+    snprintf(name, sizeof name, "round-%d.sqlite", round);
+    char *db = sdpa_test_path(dir, name);
+    pid_t pids[PROCESSES];
+    int start[2];
+    ck_assert_int_eq(pipe(start), 0);
+    for (int r = 0; r < PROCESSES; r++) {
+      pids[r] = fork();
+      ck_assert_int_ge(pids[r], 0);
+      if (pids[r] == 0) {
+        close(start[1]);
+        open_rank(db, start[0]);
+      }
+    }
+    close(start[0]);
+    char go[PROCESSES];
+    memset(go, 'g', sizeof go);
+    ck_assert_int_eq(write(start[1], go, sizeof go), PROCESSES);
+    close(start[1]);
+    const double t0 = sdpa_test_now_ms();
+    for (int r = 0; r < PROCESSES; r++) {
+      const int status = wait_until(pids[r], t0 + 60e3);
+      ck_assert_msg(status != -1, "round %d: process %d did not finish in 60 s", round, r);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failures++;
+    }
+    free(db);
+  }
+  ck_assert_msg(failures == 0,
+                "%d of %d opens of a new cache did not use it (their warnings above)", failures,
+                OPEN_ROUNDS * PROCESSES);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
 /* ------------------------------------------------ threads, one runtime */
 
 typedef struct thread_job {
@@ -605,6 +668,7 @@ static Suite *concurrency_suite(void) {
   TCase *ranks = tcase_create("ranks");
   tcase_set_timeout(ranks, 900);
   tcase_add_test(ranks, eight_ranks_compile_each_key_once);
+  tcase_add_test(ranks, eight_processes_open_a_new_cache);
   tcase_add_test(ranks, threads_share_a_runtime);
   suite_add_tcase(s, ranks);
 
