@@ -63,6 +63,33 @@ constexpr bool WIDE_K_REGS = SDPA_HOPPER_WIDE_K_REGS;
 static_assert(!HOP_SPLIT_DO || (SDPA_HOPPER_WIDE_DQ_INTERLEAVE && D > SDPA_HOPPER_STAGING_MAX),
               "a one-stage ring: dQ in two parts a consumer, dK's GEMM before dV's");
 
+/* 1: S^T and dP^T split by operand instead of by query columns: consumer
+ * 0 computes S^T = K Q^T and P^T for all 64 query columns, consumer 1
+ * dP^T = V dO^T and dS^T (wgmma N = 64 instead of two N = 32 GEMMs
+ * each: a step reads K and V once instead of twice, 64 KB less of
+ * shared memory at hd 256), the fp32 P^T handed over through the step's
+ * dS^T and P^T buffers before they take the packed tiles (16 KB, the
+ * exchange: chunk j of a thread's accumulators at wide_exchange(j) +
+ * 16 x its index in the warpgroup). Where K's fragments stay in
+ * registers (consumer 0's S^T RS) it does not apply. For measurement
+ * (bench_hopper --define SDPA_HOPPER_WIDE_SDP_SPLIT=1); 0 the default. */
+#ifndef SDPA_HOPPER_WIDE_SDP_SPLIT
+#define SDPA_HOPPER_WIDE_SDP_SPLIT 0
+#endif
+constexpr bool SDP_SPLIT = SDPA_HOPPER_WIDE_SDP_SPLIT && !WIDE_K_REGS;
+/* Named barriers of the hand-off (1 is the consumers' own): P^T in the
+ * exchange (consumer 0 arrives, 1 waits); the exchange read (both). */
+#define WIDE_BAR_P_IN 2
+#define WIDE_BAR_P_READ 3
+/* Chunk j (of HOP_M / 8) of the exchange: 0-3 in the dS^T buffer, 4-7 in
+ * the P^T buffer (2 KB each: 128 threads x 16 bytes). */
+SDPA_DEVICE u32 wide_exchange(u32 s_ds, u32 s_p, int j) {
+  return (j < 4 ? s_ds : s_p) + (j % 4) * 2048;
+}
+static_assert(!SDPA_HOPPER_WIDE_SDP_SPLIT || (HOP_M == 64 && DS_TILE_BYTES >= 8192 &&
+                                              P_TILE_BYTES >= 8192),
+              "the exchange: 16 KB in the step's dS^T and P^T buffers");
+
 /* acc += A B over the step's 64 query columns (k): A the P^T or dS^T
  * tile (K-major, kv rows x query columns), B the dO or Q box of this
  * consumer's columns (MN-major); one commit group. */
@@ -136,54 +163,109 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     const u32 s_ds = base + SMEM_DS + buf * DS_TILE_BYTES;
     const u32 s_p = base + SMEM_P + buf * P_TILE_BYTES;
 
-    /* ---- S^T = K Q^T, dP^T = V dO^T: all 64 kv rows, query columns
-     * [Q0, Q0 + QH) (rows Q0.. of the Q and dO tiles: Q0 * 128 bytes on). */
-    float s[QH / 2], dp[QH / 2];
-    wgmma_fence();
-    if constexpr (WIDE_K_REGS) {
-#pragma unroll
-      for (int kk = 0; kk < D_STEPS; ++kk)
-        wgmma_rs<QH, 0>(s, kf[kk],
-                        gmma_desc(s_q + Q0 * 128 + (kk / 4) * BOX_Q + (kk % 4) * 32, 16, 1024),
-                        kk > 0);
-    } else {
-      rows_gemm<QH, D_STEPS>(s, s_k, s_q + Q0 * 128);
-    }
-    wgmma_commit();
-    if (HOP_SPLIT_DO) { /* dO in after Q; the fence ptxas would add after the wait (C7519) */
-      mbar_wait(base + BAR_DO_FULL, phase);
+    if constexpr (!SDP_SPLIT) {
+      /* ---- S^T = K Q^T, dP^T = V dO^T: all 64 kv rows, query columns
+       * [Q0, Q0 + QH) (rows Q0.. of the Q and dO tiles: Q0 * 128 bytes on). */
+      float s[QH / 2], dp[QH / 2];
       wgmma_fence();
-    }
-    rows_gemm<QH, DV_STEPS>(dp, s_v, s_do + Q0 * 128);
-    wgmma_commit();
+      if constexpr (WIDE_K_REGS) {
+  #pragma unroll
+        for (int kk = 0; kk < D_STEPS; ++kk)
+          wgmma_rs<QH, 0>(s, kf[kk],
+                          gmma_desc(s_q + Q0 * 128 + (kk / 4) * BOX_Q + (kk % 4) * 32, 16, 1024),
+                          kk > 0);
+      } else {
+        rows_gemm<QH, D_STEPS>(s, s_k, s_q + Q0 * 128);
+      }
+      wgmma_commit();
+      if (HOP_SPLIT_DO) { /* dO in after Q; the fence ptxas would add after the wait (C7519) */
+        mbar_wait(base + BAR_DO_FULL, phase);
+        wgmma_fence();
+      }
+      rows_gemm<QH, DV_STEPS>(dp, s_v, s_do + Q0 * 128);
+      wgmma_commit();
 
-    /* ---- P^T and dS^T of these columns, packed as 16x16 fragments. */
-    wgmma_wait<1>();
-    reg_fence(s);
-    u32 pf[QH / 16][4], df[QH / 16][4];
-    {
-      const float *l2s = (const float *)(smem + SMEM_LSE) + stage * HOP_M + Q0;
-      const float *dls = (const float *)(smem + SMEM_DELTA) + stage * HOP_M + Q0;
-      exp_probs<QH>(s, l2s, t, scale_log2);
-      const bool band = band_crosses(w, it);
-      if (band || kv_partial) mask_probs<QH>(s, w, row0, t, i0 + Q0, band);
-      pack_probs<QH>(pf, s);
+      /* ---- P^T and dS^T of these columns, packed as 16x16 fragments. */
+      wgmma_wait<1>();
+      reg_fence(s);
+      u32 pf[QH / 16][4], df[QH / 16][4];
+      {
+        const float *l2s = (const float *)(smem + SMEM_LSE) + stage * HOP_M + Q0;
+        const float *dls = (const float *)(smem + SMEM_DELTA) + stage * HOP_M + Q0;
+        exp_probs<QH>(s, l2s, t, scale_log2);
+        const bool band = band_crosses(w, it);
+        if (band || kv_partial) mask_probs<QH>(s, w, row0, t, i0 + Q0, band);
+        pack_probs<QH>(pf, s);
+        wgmma_wait<0>();
+        reg_fence(dp);
+        ds_frags<QH>(df, s, dp, dls, t); /* from the fp32 P */
+      }
+
+      /* ---- P^T and dS^T to shared memory (kv rows x query columns, one
+       * swizzled 128-byte row a kv row; stmatrix as in consume()). */
+      {
+        const int mq = lane >> 3, mi = lane & 7;
+        const int r = 16 * wi + mi + 8 * (mq & 1);
+  #pragma unroll
+        for (int kk = 0; kk < QH / 16; ++kk) {
+          const int c = Q0 / 8 + 2 * kk + (mq >> 1); /* 8-column chunk */
+          const u32 off = r * 128 + (((c % 8) ^ mi) << 4);
+          stmatrix_x4(s_p + off, pf[kk]);
+          stmatrix_x4(s_ds + off, df[kk]);
+        }
+      }
+    } else {
+      /* ---- S^T (consumer 0) or dP^T (consumer 1) over all 64 query
+       * columns; P^T to consumer 1 through the exchange, then P^T and
+       * dS^T to shared memory (one 16x16 fragment pair per kk). */
+      float acc[HOP_M / 2];
+      wgmma_fence();
+      if constexpr (CW == 0) {
+        rows_gemm<HOP_M, D_STEPS>(acc, s_k, s_q);
+      } else {
+        if (HOP_SPLIT_DO) {
+          mbar_wait(base + BAR_DO_FULL, phase);
+          wgmma_fence();
+        }
+        rows_gemm<HOP_M, DV_STEPS>(acc, s_v, s_do);
+      }
+      wgmma_commit();
       wgmma_wait<0>();
-      reg_fence(dp);
-      ds_frags<QH>(df, s, dp, dls, t); /* from the fp32 P */
-    }
-
-    /* ---- P^T and dS^T to shared memory (kv rows x query columns, one
-     * swizzled 128-byte row a kv row; stmatrix as in consume()). */
-    {
+      reg_fence(acc);
       const int mq = lane >> 3, mi = lane & 7;
       const int r = 16 * wi + mi + 8 * (mq & 1);
+      const int xt = (threadIdx.x & 127) * 16;
+      u32 fr[HOP_M / 16][4];
+      if constexpr (CW == 0) {
+        const float *l2s = (const float *)(smem + SMEM_LSE) + stage * HOP_M;
+        exp_probs<HOP_M>(acc, l2s, t, scale_log2);
+        const bool band = band_crosses(w, it);
+        if (band || kv_partial) mask_probs<HOP_M>(acc, w, row0, t, i0, band);
 #pragma unroll
-      for (int kk = 0; kk < QH / 16; ++kk) {
-        const int c = Q0 / 8 + 2 * kk + (mq >> 1); /* 8-column chunk */
-        const u32 off = r * 128 + (((c % 8) ^ mi) << 4);
-        stmatrix_x4(s_p + off, pf[kk]);
-        stmatrix_x4(s_ds + off, df[kk]);
+        for (int j = 0; j < HOP_M / 8; ++j)
+          st_shared_v4(wide_exchange(s_ds, s_p, j) + xt, acc[4 * j], acc[4 * j + 1],
+                       acc[4 * j + 2], acc[4 * j + 3]);
+        named_barrier_arrive_unaligned(WIDE_BAR_P_IN, CONSUMER_THREADS);
+        pack_probs<HOP_M>(fr, acc);
+      } else {
+        const float *dls = (const float *)(smem + SMEM_DELTA) + stage * HOP_M;
+        named_barrier_sync_unaligned(WIDE_BAR_P_IN, CONSUMER_THREADS);
+        /* dS^T = P^T (dP^T - Delta) from the fp32 P, a chunk at a time */
+#pragma unroll
+        for (int j = 0; j < HOP_M / 8; ++j) {
+          const float4 pv = ld_shared_v4(wide_exchange(s_ds, s_p, j) + xt);
+          const float2 dl = *(const float2 *)(dls + 8 * j + 2 * t);
+          fr[j / 2][2 * (j % 2)] = pack2<DT>(pv.x * (acc[4 * j] - dl.x), pv.y * (acc[4 * j + 1] - dl.y));
+          fr[j / 2][2 * (j % 2) + 1] =
+              pack2<DT>(pv.z * (acc[4 * j + 2] - dl.x), pv.w * (acc[4 * j + 3] - dl.y));
+        }
+      }
+      /* consumer 1 has read the exchange: both buffers may be written */
+      named_barrier_sync_unaligned(WIDE_BAR_P_READ, CONSUMER_THREADS);
+#pragma unroll
+      for (int kk = 0; kk < HOP_M / 16; ++kk) {
+        const int c = 2 * kk + (mq >> 1); /* 8-column chunk */
+        stmatrix_x4((CW == 0 ? s_p : s_ds) + r * 128 + (((c % 8) ^ mi) << 4), fr[kk]);
       }
     }
     fence_proxy_async();

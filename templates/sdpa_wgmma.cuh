@@ -157,6 +157,14 @@ SDPA_DEVICE void st_shared_v4(u32 addr, float a, float b, float c, float d) {
                "f"(d)
                : "memory");
 }
+SDPA_DEVICE float4 ld_shared_v4(u32 addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
 
 /* Generic-proxy writes to shared memory (st.shared, stmatrix) made visible
  * to the async proxy (wgmma operands, bulk copies); each writing thread
@@ -187,6 +195,11 @@ SDPA_DEVICE void named_barrier_sync(int id, int threads) {
  * all of them). */
 SDPA_DEVICE void named_barrier_sync_unaligned(int id, int threads) {
   asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+/* Arrives on named barrier `id` without waiting (a producer's side of a
+ * hand-off: the threads that wait sync on it, the barrier counting both). */
+SDPA_DEVICE void named_barrier_arrive_unaligned(int id, int threads) {
+  asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 #endif /* SDPA_WGMMA_CUH */
