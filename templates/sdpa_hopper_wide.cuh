@@ -71,8 +71,12 @@ static_assert(!HOP_SPLIT_DO || (SDPA_HOPPER_WIDE_DQ_INTERLEAVE && D > SDPA_HOPPE
  * dS^T and P^T buffers before they take the packed tiles (16 KB, the
  * exchange: chunk j of a thread's accumulators at wide_exchange(j) +
  * 16 x its index in the warpgroup). Where K's fragments stay in
- * registers (consumer 0's S^T RS) it does not apply. For measurement
- * (bench_hopper --define SDPA_HOPPER_WIDE_SDP_SPLIT=1); 0 the default. */
+ * registers (consumer 0's S^T RS) it does not apply. Measured on an H100
+ * at hd 256 S8k: +1.3 to +4.2% full, +1.6 to +1.9% causal, bench_hopper's
+ * 38 checks pass, racecheck / synccheck clean on two of them
+ * (bench/HOPPER-NOTES.md, thirteenth session). Off until test_gpu_bwd
+ * has run with it (its deterministic one-stage kernels have not run at
+ * all): bench_hopper --define SDPA_HOPPER_WIDE_SDP_SPLIT=1. */
 #ifndef SDPA_HOPPER_WIDE_SDP_SPLIT
 #define SDPA_HOPPER_WIDE_SDP_SPLIT 0
 #endif
@@ -272,6 +276,9 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
     /* both halves in: buffer buf's (st / 2)-th use */
     mbar_arrive(base + BAR_HALVES(buf));
     mbar_wait(base + BAR_HALVES(buf), (st >> 1) & 1);
+    /* split by operand, consumer 0 has not waited for dO (its dV GEMM
+     * reads it): its own wait, not one seen through consumer 1's */
+    if (SDP_SPLIT && HOP_SPLIT_DO && CW == 0) mbar_wait(base + BAR_DO_FULL, phase);
 
     /* ---- dV[:, V0..] += P^T dO, dK[:, K0..] += dS^T Q (A K-major from
      * shared memory, k = query columns; B MN-major from its box), and
