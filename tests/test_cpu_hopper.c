@@ -294,12 +294,49 @@ START_TEST(wide_kernel_k_fragments_rule) {
 }
 END_TEST
 
+/* Every head-dim pair the family compiles plans with it on sm_90,
+ * deterministic or not, every mask and layout, within sm_90's shared
+ * memory; one Q / dO stage exactly where deterministic above 192 (the
+ * dQ staging in the second stage's room), two elsewhere. */
+START_TEST(every_head_dim_pair_plans_within_shared_memory) {
+  sdpa_runtime *rt = sdpa_test_memory_runtime(90);
+  const sdpa_bwd_plan_options hop = hopper_options();
+  int plans = 0;
+  for (int hd = 8; hd <= 256; hd += 8)
+    for (int hdv = 8; hdv <= hd; hdv += 8) {
+      if (!sdpa_hopper_supported(hd, hdv)) continue;
+      for (int det = 0; det < 2; det++)
+        for (int layout = SDPA_LAYOUT_BSHD; layout <= SDPA_LAYOUT_THD; layout++)
+          for (int mask = SDPA_MASK_NONE; mask <= SDPA_MASK_SLIDING_WINDOW; mask += 3) {
+            sdpa_bwd_desc d =
+                desc_for(SDPA_DTYPE_BF16, hd, (sdpa_layout)layout, (sdpa_mask)mask, 0, 0);
+            d.head_dim_v = hdv;
+            d.deterministic = det;
+            sdpa_bwd_plan *plan = NULL;
+            ck_assert_msg(sdpa_bwd_plan_create_with(&plan, rt, &d, &hop) == SDPA_STATUS_SUCCESS,
+                          "%d / %d det %d layout %d mask %d: %s", hd, hdv, det, layout, mask,
+                          sdpa_last_error());
+            sdpa_bwd_plan_info info = SDPA_BWD_PLAN_INFO_INIT;
+            ck_assert_int_eq(sdpa_bwd_plan_query(plan, &info), SDPA_STATUS_SUCCESS);
+            ck_assert_int_le(info.smem_bytes, sdpa_arch_smem_limit(90));
+            ck_assert_ptr_nonnull(
+                strstr(sdpa_bwd_plan_key(plan), det && hd > 192 ? ";stages=1;" : ";stages=2;"));
+            sdpa_bwd_plan_destroy(plan);
+            plans++;
+          }
+    }
+  ck_assert_int_gt(plans, 1000);
+  sdpa_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *hopper_suite(void) {
   Suite *s = suite_create("hopper");
   TCase *tc = tcase_create("hopper");
   tcase_set_timeout(tc, 900);
   tcase_add_test(tc, family_choice_and_reasons);
   tcase_add_test(tc, wide_kernel_k_fragments_rule);
+  tcase_add_test(tc, every_head_dim_pair_plans_within_shared_memory);
   tcase_add_test(tc, representative_keys_compile_clean);
   suite_add_tcase(s, tc);
   return s;
