@@ -292,7 +292,8 @@ static_assert(BAR_WORK_EMPTY(1) + 8 == SMEM_BAR + 8 * SDPA_HOPPER_BARRIERS(HOP_S
               "the barriers' region");
 /* A one-stage ring (sdpa_hopper_stages; the wide kernel, never
  * persistent) loads dO on barriers of its own, in the work slots' room:
- * the consumers' last GEMM of a step reads dO (DO_LAST), so Q is free
+ * the consumers' last GEMM of a step reads dO (sdpa_hopper_wide.cuh:
+ * dK's GEMM before dV's), so Q is free
  * and the next step's Q (with its LSE / Delta rows) comes in while they
  * finish; full[0] and empty[0] are Q's, do_full / do_empty dO's. */
 #define HOP_SPLIT_DO (HOP_STAGES == 1)
@@ -740,6 +741,11 @@ SDPA_DEVICE void pack_probs(u32 (&pf)[COLS / 16][4], const float (&s)[COLS / 2])
 /* dS^T = P^T (dP^T - Delta) from the fp32 P (one rounding, FlashAttention-
  * 2's), packed as pack_probs packs P^T; Delta's rows from dls. P^T's pair
  * for (j, hf) is s[4j + 2hf], s[4j + 2hf + 1]. */
+/* The packed dS^T pair of accumulator pair (j, hf): P^T (dP^T - Delta),
+ * Delta of the pair's two query columns in dl. */
+SDPA_DEVICE u32 ds_pair(float p0, float p1, float dp0, float dp1, float2 dl) {
+  return pack2<DT>(p0 * (dp0 - dl.x), p1 * (dp1 - dl.y));
+}
 template <int COLS>
 SDPA_DEVICE void ds_frags(u32 (&df)[COLS / 16][4], const float (&s)[COLS / 2],
                           const float (&dp)[COLS / 2], const float *dls, int t) {
@@ -748,8 +754,8 @@ SDPA_DEVICE void ds_frags(u32 (&df)[COLS / 16][4], const float (&s)[COLS / 2],
     const float2 dl = *(const float2 *)(dls + 8 * j + 2 * t);
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf)
-      df[j / 2][2 * (j % 2) + hf] = pack2<DT>(s[4 * j + 2 * hf] * (dp[4 * j + 2 * hf] - dl.x),
-                                              s[4 * j + 2 * hf + 1] * (dp[4 * j + 2 * hf + 1] - dl.y));
+      df[j / 2][2 * (j % 2) + hf] = ds_pair(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1],
+                                            dp[4 * j + 2 * hf], dp[4 * j + 2 * hf + 1], dl);
   }
 }
 

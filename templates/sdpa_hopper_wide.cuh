@@ -173,7 +173,7 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       float s[QH / 2], dp[QH / 2];
       wgmma_fence();
       if constexpr (WIDE_K_REGS) {
-  #pragma unroll
+#pragma unroll
         for (int kk = 0; kk < D_STEPS; ++kk)
           wgmma_rs<QH, 0>(s, kf[kk],
                           gmma_desc(s_q + Q0 * 128 + (kk / 4) * BOX_Q + (kk % 4) * 32, 16, 1024),
@@ -210,7 +210,7 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
       {
         const int mq = lane >> 3, mi = lane & 7;
         const int r = 16 * wi + mi + 8 * (mq & 1);
-  #pragma unroll
+#pragma unroll
         for (int kk = 0; kk < QH / 16; ++kk) {
           const int c = Q0 / 8 + 2 * kk + (mq >> 1); /* 8-column chunk */
           const u32 off = r * 128 + (((c % 8) ^ mi) << 4);
@@ -259,9 +259,8 @@ SDPA_DEVICE void consume_wide(const sdpa_kernel_params &p, const Work &w, u32 ba
         for (int j = 0; j < HOP_M / 8; ++j) {
           const float4 pv = ld_shared_v4(wide_exchange(s_ds, s_p, j) + xt);
           const float2 dl = *(const float2 *)(dls + 8 * j + 2 * t);
-          fr[j / 2][2 * (j % 2)] = pack2<DT>(pv.x * (acc[4 * j] - dl.x), pv.y * (acc[4 * j + 1] - dl.y));
-          fr[j / 2][2 * (j % 2) + 1] =
-              pack2<DT>(pv.z * (acc[4 * j + 2] - dl.x), pv.w * (acc[4 * j + 3] - dl.y));
+          fr[j / 2][2 * (j % 2)] = ds_pair(pv.x, pv.y, acc[4 * j], acc[4 * j + 1], dl);
+          fr[j / 2][2 * (j % 2) + 1] = ds_pair(pv.z, pv.w, acc[4 * j + 2], acc[4 * j + 3], dl);
         }
       }
       /* consumer 1 has read the exchange: both buffers may be written */
