@@ -1063,18 +1063,24 @@ END_TEST
  * the start signal, then for each shared key takes the key lock, looks the
  * key up, and on a miss "compiles" it (appends a byte to `compiled`,
  * sleeps) and stores it. Exits with the number of things that went wrong. */
-static void racing_process(const char *path, const char *compiled, int start,
-                           unsigned id) {
+/* Where the racing processes work: the cache, and the file each appends
+ * a byte to when it compiles. */
+typedef struct racing_files {
+  const char *path, *compiled;
+} racing_files;
+
+static void racing_process(int index, void *arg) {
+  const racing_files *files = arg;
+  const char *path = files->path, *compiled = files->compiled;
+  const unsigned id = (unsigned)index;
   sdpa_test_log counter;
   sdpa_test_log_init(&counter);
   sdpa_cache_config cfg = {0};
   sdpa_cache *cache = NULL;
   int failures = 0;
-  char go = 0;
   cfg.path = path;
   cfg.log = sdpa_test_log_warning;
   cfg.log_user = &counter;
-  if (read(start, &go, 1) != 1) _exit(100);
   if (sdpa_cache_open(&cache, &cfg) != SDPA_STATUS_SUCCESS) _exit(101);
   for (unsigned key = 0; key < 5; key++) {
     char hash[33], text[64];
@@ -1128,22 +1134,10 @@ START_TEST(test_processes_compile_each_key_once) {
   char *dir = sdpa_test_tmpdir("cache");
   char *path = sdpa_test_path(dir, "kernels.sqlite");
   char *compiled = sdpa_test_path(dir, "compiled");
-  int start[2];
   pid_t children[PROCESSES];
-  ck_assert_int_eq(pipe(start), 0);
-  for (unsigned i = 0; i < PROCESSES; i++) {
-    children[i] = fork();
-    ck_assert_int_ge(children[i], 0);
-    if (children[i] == 0) {
-      close(start[1]);
-      racing_process(path, compiled, start[0], i);
-    }
-  }
-  close(start[0]);
-  char go[PROCESSES];
-  memset(go, 'g', sizeof go);
-  ck_assert_int_eq(write(start[1], go, sizeof go), PROCESSES);
-  close(start[1]);
+  racing_files files = {path, compiled};
+  sdpa_test_start_racers(sdpa_test_fork_racers(children, PROCESSES, racing_process, &files),
+                         PROCESSES);
   for (unsigned i = 0; i < PROCESSES; i++) {
     int wstatus = 0;
     ck_assert_int_eq(waitpid(children[i], &wstatus, 0), children[i]);

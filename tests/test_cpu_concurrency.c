@@ -139,18 +139,23 @@ typedef struct rank_report {
   rank_result keys[KEY_COUNT];
 } rank_report;
 
-/* One rank: waits on the start pipe, creates its runtime on the shared
- * (empty) cache and compiles the 12 keys starting at key `rank` (so
- * different ranks race for different keys' locks at once), reads each
- * stored cubin back, and writes its report to `report_path`. */
-static void run_rank(int rank, const char *db_path, const char *report_path,
-                     int start_fd) {
+/* Where the ranks work: the shared cache and each rank's report. */
+typedef struct rank_files {
+  const char *db;
+  char *reports[PROCESSES];
+} rank_files;
+
+/* One rank (a racer): creates its runtime on the shared (empty) cache and
+ * compiles the 12 keys starting at key `rank` (so different ranks race
+ * for different keys' locks at once), reads each stored cubin back, and
+ * writes its report to its report file. */
+static void run_rank(int rank, void *arg) {
+  const rank_files *files = arg;
+  const char *db_path = files->db, *report_path = files->reports[rank];
   rank_report report;
   sdpa_test_log counter;
-  char go = 0;
   memset(&report, 0, sizeof report);
   sdpa_test_log_init(&counter);
-  if (read(start_fd, &go, 1) != 1) _exit(90);
 
   sdpa_runtime *rt = runtime_on(db_path, &counter);
   report.create_status = rt ? 0 : 1;
@@ -200,30 +205,20 @@ static void run_rank(int rank, const char *db_path, const char *report_path,
 START_TEST(eight_ranks_compile_each_key_once) {
   char *dir = sdpa_test_tmpdir("ranks");
   char *db = sdpa_test_path(dir, "kernels.sqlite");
-  char *reports[PROCESSES];
+  rank_files files = {db, {NULL}};
+  char **reports = files.reports;
   pid_t pids[PROCESSES];
-  int start[2];
-  ck_assert_int_eq(pipe(start), 0);
   for (int r = 0; r < PROCESSES; r++) {
     char name[32];
     snprintf(name, sizeof name, "rank-%d.report", r);
     reports[r] = sdpa_test_path(dir, name);
-    pids[r] = fork();
-    ck_assert_int_ge(pids[r], 0);
-    if (pids[r] == 0) {
-      close(start[1]);
-      run_rank(r, db, reports[r], start[0]);
-    }
   }
-  close(start[0]);
+  const int start = sdpa_test_fork_racers(pids, PROCESSES, run_rank, &files);
   struct stat st;
   ck_assert_int_ne(stat(db, &st), 0); /* the cache does not exist yet */
 
   double t0 = sdpa_test_now_ms();
-  char go[PROCESSES];
-  memset(go, 'g', sizeof go);
-  ck_assert_int_eq(write(start[1], go, sizeof go), PROCESSES);
-  close(start[1]);
+  sdpa_test_start_racers(start, PROCESSES);
   for (int r = 0; r < PROCESSES; r++) {
     int status = wait_until(pids[r], t0 + 500e3);
     ck_assert_msg(status != -1, "rank %d did not finish in 500 s", r);
@@ -300,14 +295,13 @@ END_TEST
  * program's: about one open in a thousand, under load. */
 enum { OPEN_ROUNDS = 150 };
 
-/* One process of a round: 0 when its runtime uses the file, else 1 + the
- * warnings it logged. */
-static void open_rank(const char *db_path, int start_fd) {
+/* One process of a round (a racer on the cache at `arg`): 0 when its
+ * runtime uses the file, else 1 + the warnings it logged. */
+static void open_rank(int index, void *arg) {
+  (void)index;
   sdpa_test_log counter;
-  char go = 0;
   sdpa_test_log_init(&counter);
-  if (read(start_fd, &go, 1) != 1) _exit(90);
-  sdpa_runtime *rt = runtime_on(db_path, &counter);
+  sdpa_runtime *rt = runtime_on(arg, &counter);
   const int persistent = rt && sdpa_runtime_cache_path(rt) != NULL;
   sdpa_runtime_destroy(rt);
   if (counter.warnings > 0) fprintf(stderr, "open_rank: %s\n", counter.text[0]);
@@ -322,21 +316,7 @@ START_TEST(eight_processes_open_a_new_cache) {
     snprintf(name, sizeof name, "round-%d.sqlite", round);
     char *db = sdpa_test_path(dir, name);
     pid_t pids[PROCESSES];
-    int start[2];
-    ck_assert_int_eq(pipe(start), 0);
-    for (int r = 0; r < PROCESSES; r++) {
-      pids[r] = fork();
-      ck_assert_int_ge(pids[r], 0);
-      if (pids[r] == 0) {
-        close(start[1]);
-        open_rank(db, start[0]);
-      }
-    }
-    close(start[0]);
-    char go[PROCESSES];
-    memset(go, 'g', sizeof go);
-    ck_assert_int_eq(write(start[1], go, sizeof go), PROCESSES);
-    close(start[1]);
+    sdpa_test_start_racers(sdpa_test_fork_racers(pids, PROCESSES, open_rank, db), PROCESSES);
     const double t0 = sdpa_test_now_ms();
     for (int r = 0; r < PROCESSES; r++) {
       const int status = wait_until(pids[r], t0 + 60e3);

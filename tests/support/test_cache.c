@@ -1,6 +1,6 @@
 /*
- * test_cache.c — the warning counter and the key-lock holder of the
- * cache-facing suites (see test_cache.h).
+ * test_cache.c — the warning counter, the key-lock holder and the racing
+ * processes of the cache-facing suites (see test_cache.h).
  */
 #include "test_cache.h"
 
@@ -67,6 +67,31 @@ pid_t sdpa_test_start_lock_holder(const char *cache_path, const char *key_hash) 
   close(ready[0]);
   ck_assert_msg(answer == 'L', "the holder could not take the key lock");
   return pid;
+}
+
+int sdpa_test_fork_racers(pid_t *pids, int count, sdpa_test_racer body, void *arg) {
+  int start[2];
+  ck_assert_int_eq(pipe(start), 0);
+  for (int i = 0; i < count; i++) {
+    pids[i] = fork();
+    ck_assert_int_ge(pids[i], 0);
+    if (pids[i] == 0) {
+      /* the child: no Check asserts here */
+      char go = 0;
+      close(start[1]);
+      if (read(start[0], &go, 1) != 1) _exit(90);
+      close(start[0]);
+      body(i, arg);
+      _exit(0);
+    }
+  }
+  close(start[0]);
+  return start[1];
+}
+
+void sdpa_test_start_racers(int signal, int count) {
+  for (int i = 0; i < count; i++) ck_assert_int_eq(write(signal, "g", 1), 1);
+  close(signal);
 }
 
 sdpa_runtime *sdpa_test_memory_runtime(int arch) {

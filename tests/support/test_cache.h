@@ -3,6 +3,7 @@
  * damage, and the planning suites) share: a log callback that counts the
  * warnings a cache or a runtime logs and keeps their texts, a check of one
  * warning's text, a process that holds a key's lock until it is killed,
+ * processes that start together on one signal,
  * and a runtime without a disk cache.
  *
  * The warnings are how the cache tells a user what went wrong with a file,
@@ -51,6 +52,21 @@ void sdpa_test_expect_warning(const sdpa_test_log *log, int i,
  * (the test fails when it could not take it). The caller kills and reaps
  * the process. */
 pid_t sdpa_test_start_lock_holder(const char *cache_path, const char *key_hash);
+
+/* A racer's body (sdpa_test_fork_racers): process `index` of the set,
+ * the caller's `arg`. It ends its process with _exit (returning ends it
+ * with status 0) and makes no Check assert. */
+typedef void (*sdpa_test_racer)(int index, void *arg);
+
+/* Forks `count` processes (pids into `pids`) that wait for one start
+ * signal and then run body(index, arg): ranks that reach the cache at
+ * once. Returns the signal's descriptor for sdpa_test_start_racers, so
+ * that the caller may check what must hold before they run. */
+int sdpa_test_fork_racers(pid_t *pids, int count, sdpa_test_racer body, void *arg);
+
+/* Starts the `count` racers of sdpa_test_fork_racers together (and closes
+ * `signal`). The caller reaps them. */
+void sdpa_test_start_racers(int signal, int count);
 
 /* The key fields the cache suites store their rows with: sm_90 mma.sync,
  * bf16, head dims 128/64, tiles 64 x 128 w8 s2, strided LSE, THD,
