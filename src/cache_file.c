@@ -17,9 +17,7 @@
  * before SQLite is let near it: zero bytes (empty: may be initialized), no
  * SQLite header (not ours: left alone), our application_id (ours), or
  * application_id 0 with no table at all (an empty database: may be
- * initialized); a header without our application_id is read until two
- * reads agree (another process may be writing page 1 as we read it). A
- * WAL file whose header is not yet checkpointed is asked
+ * initialized). A WAL file whose header is not yet checkpointed is asked
  * through a read-only connection, which never writes the database (the
  * application_id and the schema from one snapshot). Only a
  * file that is ours is ever moved aside (damaged) or migrated.
@@ -186,19 +184,6 @@ static int read_app_id(const char *path, int *app_id, int *tables) {
   return rc;
 }
 
-/* The first `size` bytes of the file at `path` into `head`: how many were
- * read, or -1. */
-static ssize_t read_head(const char *path, unsigned char *head, size_t size) {
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  ssize_t got = fd >= 0 ? read(fd, head, size) : -1;
-  if (fd >= 0) close(fd);
-  return got;
-}
-
-/* Header reads before a verdict against a file that does not carry our
- * application_id (classify), a millisecond apart. */
-#define HEAD_READS 20
-
 /* What is at `path` (see the file comment); `why` says it for FILE_BAD,
  * FILE_FOREIGN and FILE_UNKNOWN; *readonly_file when the owner may not
  * write it. */
@@ -232,22 +217,10 @@ static file_kind classify(const char *path, int *readonly_file, char *why,
   *readonly_file = !(st.st_mode & S_IWUSR) || access(path, W_OK) != 0;
   if (st.st_size == 0) return FILE_EMPTY;
 
-  unsigned char head[108], again[108];
-  ssize_t got = read_head(path, head, sizeof head);
-  /* Another process initializing or checkpointing the file may be writing
-   * its first page as we read it, and such a read can be torn (its first
-   * bytes new, the rest not yet written: an SQLite header with neither
-   * our application_id nor an empty page 1). A header without our
-   * application_id is judged only once two reads agree. */
-  for (int n = 1; n < HEAD_READS && !(got >= 72 && big_endian32(head + 68) ==
-                                                      SDPA_CACHE_APPLICATION_ID);
-       ++n) {
-    cache_sleep_ms(1);
-    const ssize_t got2 = read_head(path, again, sizeof again);
-    if (got2 == got && (got < 0 || memcmp(head, again, (size_t)got) == 0)) break;
-    got = got2;
-    if (got > 0) memcpy(head, again, (size_t)got);
-  }
+  unsigned char head[108];
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  ssize_t got = fd >= 0 ? read(fd, head, sizeof head) : -1;
+  if (fd >= 0) close(fd);
   if (got < 100 || memcmp(head, "SQLite format 3", 16) != 0) {
     snprintf(why, why_size, "%s is not an SQLite database", path);
     return FILE_UNKNOWN;
