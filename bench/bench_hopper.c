@@ -1321,6 +1321,7 @@ static void standard_cases(int quick) {
         {"time bf16 hd128 thd mixed", SDPA_DTYPE_BF16, SDPA_LAYOUT_THD, 0, 16, 16, 0, 128},
         {"time bf16 hd256 bshd S8k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 2, 8, 8, 8192, 256},
         {"time bf16 hd192 bshd S8k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 2, 10, 10, 8192, 192},
+        {"time bf16 hd160 bshd S8k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 2, 12, 12, 8192, 160},
     };
     for (int causal = 0; causal < 2; causal++)
       for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {

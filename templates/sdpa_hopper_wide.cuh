@@ -12,7 +12,9 @@
  *   S^T, dP^T   for its half of the query columns, QH = 32 of them:
  *               wgmma SS, M = the 64 kv rows, N = 32, K = D (DV); S^T
  *               RS, K's fragments in registers, where head_dim_v <= 128
- *               leaves the room (sdpa_hopper_wide_k_regs)
+ *               leaves the room (sdpa_hopper_wide_k_regs); above
+ *               head_dim 192 without it, split by operand instead
+ *               (SDP_SPLIT below)
  *   P^T, dS^T   exp2, masks and dS as in consume(), stored by stmatrix
  *               into the P^T and dS^T tiles (kv rows x the 64 query
  *               columns, one 128-byte box a row), then both consumers
@@ -74,11 +76,12 @@ static_assert(!HOP_SPLIT_DO || (SDPA_HOPPER_WIDE_DQ_INTERLEAVE && D > SDPA_HOPPE
  * registers (consumer 0's S^T RS) it does not apply. Measured on an H100
  * at hd 256 S8k: +1.3 to +4.2% full, +1.6 to +1.9% causal, bench_hopper's
  * 38 checks pass, racecheck / synccheck clean on two of them
- * (bench/HOPPER-NOTES.md, thirteenth session). Off until test_gpu_bwd
- * has run with it (its deterministic one-stage kernels have not run at
- * all): bench_hopper --define SDPA_HOPPER_WIDE_SDP_SPLIT=1. */
+ * (bench/HOPPER-NOTES.md, thirteenth session). On above head_dim 192:
+ * +4 to +6% at 256 S8k with test_gpu_bwd passing, while 160 moved -1 to
+ * +2% and 192 -0.5 to -2.5% (fourteenth session); 0 or 1 for measurement
+ * (bench_hopper --define SDPA_HOPPER_WIDE_SDP_SPLIT=0). */
 #ifndef SDPA_HOPPER_WIDE_SDP_SPLIT
-#define SDPA_HOPPER_WIDE_SDP_SPLIT 0
+#define SDPA_HOPPER_WIDE_SDP_SPLIT (D > 192)
 #endif
 constexpr bool SDP_SPLIT = SDPA_HOPPER_WIDE_SDP_SPLIT && !WIDE_K_REGS;
 /* Named barriers of the hand-off (1 is the consumers' own): P^T in the
