@@ -74,6 +74,7 @@
 #include "../templates/sdpa_params.h"
 #include "../templates/sdpa_tensor_maps.h"
 #include "../templates/sdpa_hopper_traits.h"
+#include "../templates/sdpa_traits.h" /* sdpa_aux_blocks */
 
 _Static_assert(sizeof(CUtensorMap) == sizeof(sdpa_tensor_map), "a slot holds a CUtensorMap");
 
@@ -89,7 +90,7 @@ extern const embedded_file sdpa_embedded_templates[];
 #define MAX_CASES 96
 #define MAX_MODULES 128
 #define MAX_DEFINES 8
-#define AUX_THREADS 256
+#define AUX_THREADS SDPA_AUX_THREADS
 #define SETS 2
 #define WARMUP 3
 #define LOG2E 1.4426950408889634
@@ -212,7 +213,10 @@ static sdpa_hopper_config key_config(const hkey *k) {
 
 static void key_name(const hkey *k, char *out, size_t size) {
   static const char *masks[] = {"none", "causal_tl", "causal_br", "window"};
-  snprintf(out, size, "%s hd%d %s %s lse=%s even=%d", sdpa_ref_dtype_name(k->dtype), k->head_dim,
+  char dims[24];
+  if (k->head_dim_v == k->head_dim) snprintf(dims, sizeof dims, "%d", k->head_dim);
+  else snprintf(dims, sizeof dims, "%d/%d", k->head_dim, k->head_dim_v);
+  snprintf(out, size, "%s hd%s %s %s lse=%s even=%d", sdpa_ref_dtype_name(k->dtype), dims,
            k->layout == SDPA_LAYOUT_THD ? "thd" : "bshd", masks[k->mask],
            k->lse_packed ? "packed" : "strided", k->even);
 }
@@ -385,7 +389,7 @@ typedef struct hcase {
   sdpa_dtype dtype;
   sdpa_layout layout;
   sdpa_mask mask;
-  int batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim;
+  int batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim, head_dim_v;
   int window_left, window_right;
   int lse_strided;   /* LSE token-major ([b,s,h] / [t,h]): the strided class */
   int lens_q[MAX_SEQS], lens_kv[MAX_SEQS];
@@ -401,13 +405,13 @@ static hcase cases[MAX_CASES];
 static int case_count;
 
 static int case_even(const hcase *c) {
-  const sdpa_hopper_config cfg = sdpa_hopper_choose(c->head_dim, c->head_dim, 0);
+  const sdpa_hopper_config cfg = sdpa_hopper_choose(c->head_dim, c->head_dim_v, 0);
   return c->layout == SDPA_LAYOUT_BSHD && c->seqlen_q % cfg.q_tile == 0 &&
          c->seqlen_kv % cfg.kv_tile == 0;
 }
 
 static hkey case_key(const hcase *c) {
-  hkey k = {c->dtype, c->head_dim, c->head_dim, c->layout, c->mask, !c->lse_strided,
+  hkey k = {c->dtype, c->head_dim, c->head_dim_v, c->layout, c->mask, !c->lse_strided,
             case_even(c)};
   return k;
 }
@@ -418,7 +422,8 @@ static double case_flops(const hcase *c) {
     for (int b = 0; b < c->batch; b++) pairs += (double)c->lens_q[b] * c->lens_kv[b];
   else
     pairs = (double)c->batch * c->seqlen_q * c->seqlen_kv;
-  const double flops = 4.0 * pairs * c->heads_q * c->head_dim * 2.5;
+  /* S, dQ, dK over head_dim; dP, dV over head_dim_v (4 x 2.5 x D when equal) */
+  const double flops = 2.0 * pairs * c->heads_q * (3.0 * c->head_dim + 2.0 * c->head_dim_v);
   return c->mask == SDPA_MASK_CAUSAL_TOP_LEFT || c->mask == SDPA_MASK_CAUSAL_BOTTOM_RIGHT
              ? flops / 2 : flops;
 }
@@ -437,7 +442,7 @@ static hcase *add_case(const char *name, sdpa_dtype dtype, sdpa_layout layout, s
   c->heads_kv = hkv;
   c->seqlen_q = sq;
   c->seqlen_kv = skv;
-  c->head_dim = hd;
+  c->head_dim = c->head_dim_v = hd;
   c->window_left = c->window_right = -1;
   return c;
 }
@@ -515,7 +520,7 @@ static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
  * theirs, with this family's tiles). */
 static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
-  const sdpa_hopper_config cfg = sdpa_hopper_choose(c->head_dim, c->head_dim, 0);
+  const sdpa_hopper_config cfg = sdpa_hopper_choose(c->head_dim, c->head_dim_v, 0);
   sdpa_kernel_params *p = &L->p;
   memset(L, 0, sizeof *L);
   const int thd = c->layout == SDPA_LAYOUT_THD;
@@ -579,15 +584,13 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
                        cfg.q_tile)) ||
       (rc = encode_map(&L->maps.k, c, d->k, c->head_dim, rows_kv, c->heads_kv, &d->strides[1],
                        cfg.kv_tile)) ||
-      (rc = encode_map(&L->maps.v, c, d->v, c->head_dim, rows_kv, c->heads_kv, &d->strides[2],
+      (rc = encode_map(&L->maps.v, c, d->v, c->head_dim_v, rows_kv, c->heads_kv, &d->strides[2],
                        cfg.kv_tile)) ||
-      (rc = encode_map(&L->maps.dout, c, d->dout, c->head_dim, rows_q, c->heads_q,
+      (rc = encode_map(&L->maps.dout, c, d->dout, c->head_dim_v, rows_q, c->heads_q,
                        &d->strides[4], cfg.q_tile)))
     return sdpa_driver_error(gpu.drv, rc, "cuTensorMapEncodeTiled");
 
-  const int lanes = c->head_dim <= 32 ? 4 : c->head_dim <= 64 ? 8 : c->head_dim <= 128 ? 16 : 32;
-  const int64_t items = p->rows_q * c->heads_q, per_block = AUX_THREADS / lanes;
-  L->pre_x = (unsigned)((items + per_block - 1) / per_block);
+  L->pre_x = (unsigned)sdpa_aux_blocks(p->rows_q * c->heads_q, c->head_dim_v);
   if (L->pre_x == 0) L->pre_x = 1;
   L->main_x = (unsigned)sdpa_hopper_grid_x(cfg, c->seqlen_kv, c->batch);
   L->main_y = (unsigned)c->heads_kv;
@@ -660,7 +663,8 @@ static int check_problem(const hcase *c, sdpa_ref_problem *p, uint64_t seed) {
   p->batch = c->batch;
   p->heads_q = c->heads_q;
   p->heads_kv = c->heads_kv;
-  p->head_dim = p->head_dim_v = c->head_dim;
+  p->head_dim = c->head_dim;
+  p->head_dim_v = c->head_dim_v;
   p->mask = c->mask;
   p->window_left = c->window_left;
   p->window_right = c->window_right;
@@ -898,27 +902,30 @@ static sdpa_status set_make(const hcase *c, tensor_set *s, CUdeviceptr cu, int i
     rows_q = rows_kv = 0;
     for (int b = 0; b < c->batch; b++) rows_q += c->lens_q[b], rows_kv += c->lens_kv[b];
   }
+  /* Q, dQ and K, dK: head_dim columns; O, dO and V, dV: head_dim_v */
   const size_t nq = (size_t)rows_q * c->heads_q * c->head_dim;
   const size_t nk = (size_t)rows_kv * c->heads_kv * c->head_dim;
+  const size_t no = (size_t)rows_q * c->heads_q * c->head_dim_v;
+  const size_t nv = (size_t)rows_kv * c->heads_kv * c->head_dim_v;
   sdpa_status st;
   memset(s, 0, sizeof *s);
   dev_problem *d = &s->d;
   if ((st = sdpa_gpu_alloc(&gpu, nq * 2, &d->q)) || (st = sdpa_gpu_alloc(&gpu, nk * 2, &d->k)) ||
-      (st = sdpa_gpu_alloc(&gpu, nk * 2, &d->v)) || (st = sdpa_gpu_alloc(&gpu, nq * 2, &d->o)) ||
-      (st = sdpa_gpu_alloc(&gpu, nq * 2, &d->dout)) || (st = sdpa_gpu_alloc(&gpu, nq * 2, &d->dq)) ||
-      (st = sdpa_gpu_alloc(&gpu, nk * 2, &d->dk)) || (st = sdpa_gpu_alloc(&gpu, nk * 2, &d->dv)) ||
+      (st = sdpa_gpu_alloc(&gpu, nv * 2, &d->v)) || (st = sdpa_gpu_alloc(&gpu, no * 2, &d->o)) ||
+      (st = sdpa_gpu_alloc(&gpu, no * 2, &d->dout)) || (st = sdpa_gpu_alloc(&gpu, nq * 2, &d->dq)) ||
+      (st = sdpa_gpu_alloc(&gpu, nk * 2, &d->dk)) || (st = sdpa_gpu_alloc(&gpu, nv * 2, &d->dv)) ||
       (st = sdpa_gpu_alloc(&gpu, (size_t)rows_q * c->heads_q * 4, &d->lse)))
     return st;
   const size_t salt = (size_t)index * 5;
   if ((st = upload_random(d->q, nq, salt, c->dtype)) ||
       (st = upload_random(d->k, nk, salt + 1, c->dtype)) ||
-      (st = upload_random(d->v, nk, salt + 2, c->dtype)) ||
-      (st = upload_random(d->o, nq, salt + 3, c->dtype)) ||
-      (st = upload_random(d->dout, nq, salt + 4, c->dtype)) || (st = upload_lse(c, d->lse, rows_q)))
+      (st = upload_random(d->v, nv, salt + 2, c->dtype)) ||
+      (st = upload_random(d->o, no, salt + 3, c->dtype)) ||
+      (st = upload_random(d->dout, no, salt + 4, c->dtype)) || (st = upload_lse(c, d->lse, rows_q)))
     return st;
-  const int64_t hd = c->head_dim;
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < 8; i++) { /* q k v o dout dq dk dv */
     const int kv = i == 1 || i == 2 || i == 6 || i == 7;
+    const int64_t hd = i == 2 || i == 3 || i == 4 || i == 7 ? c->head_dim_v : c->head_dim;
     const int64_t heads = kv ? c->heads_kv : c->heads_q, seqlen = kv ? c->seqlen_kv : c->seqlen_q;
     d->strides[i].head = memory_bhsd && !thd ? seqlen * hd : hd;
     d->strides[i].seq = memory_bhsd && !thd ? hd : heads * hd;
@@ -967,11 +974,12 @@ static double rel_diff(const uint16_t *a, const uint16_t *b, size_t n, sdpa_dtyp
   return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static sdpa_status download_outputs(const tensor_set *s, uint16_t *out[3], size_t nq, size_t nk) {
+static sdpa_status download_outputs(const tensor_set *s, uint16_t *out[3], size_t nq, size_t nk,
+                                    size_t nv) {
   sdpa_status st;
   if ((st = sdpa_gpu_download(&gpu, out[0], s->d.dq, nq * 2)) ||
       (st = sdpa_gpu_download(&gpu, out[1], s->d.dk, nk * 2)) ||
-      (st = sdpa_gpu_download(&gpu, out[2], s->d.dv, nk * 2)))
+      (st = sdpa_gpu_download(&gpu, out[2], s->d.dv, nv * 2)))
     return st;
   return SDPA_STATUS_SUCCESS;
 }
@@ -1122,7 +1130,8 @@ static int run_timed(hcase *c, int runs) {
   desc.heads_kv = c->heads_kv;
   desc.seqlen_q = c->seqlen_q;
   desc.seqlen_kv = c->seqlen_kv;
-  desc.head_dim = desc.head_dim_v = c->head_dim;
+  desc.head_dim = c->head_dim;
+  desc.head_dim_v = c->head_dim_v;
   desc.mask = c->mask;
   desc.window_left = c->window_left;
   desc.window_right = c->window_right;
@@ -1146,25 +1155,26 @@ static int run_timed(hcase *c, int runs) {
   /* same data, both families: set 0's outputs after one run each */
   const size_t nq = (size_t)sets[0].d.total_q * c->heads_q * c->head_dim;
   const size_t nk = (size_t)sets[0].d.total_kv * c->heads_kv * c->head_dim;
+  const size_t nv = (size_t)sets[0].d.total_kv * c->heads_kv * c->head_dim_v;
   for (int f = 0; f < 2; f++)
     for (int i = 0; i < 3; i++)
-      if (!(outs[f][i] = malloc((i ? nk : nq) * 2 + 2))) {
+      if (!(outs[f][i] = malloc((i == 0 ? nq : i == 1 ? nk : nv) * 2 + 2))) {
         st = SDPA_STATUS_OUT_OF_MEMORY;
         goto fail;
       }
   if ((st = sdpa_gpu_poison(&gpu, sets[0].d.dq, nq * 2)) ||
       (st = sdpa_gpu_poison(&gpu, sets[0].d.dk, nk * 2)) ||
-      (st = sdpa_gpu_poison(&gpu, sets[0].d.dv, nk * 2)) || (st = mma_once(&mx, 0)) ||
+      (st = sdpa_gpu_poison(&gpu, sets[0].d.dv, nv * 2)) || (st = mma_once(&mx, 0)) ||
       (st = sdpa_bwd_sync_check(mx.plan, gpu.stream)) ||
-      (st = download_outputs(&sets[0], outs[0], nq, nk)) ||
+      (st = download_outputs(&sets[0], outs[0], nq, nk, nv)) ||
       (st = sdpa_gpu_poison(&gpu, sets[0].d.dq, nq * 2)) ||
       (st = sdpa_gpu_poison(&gpu, sets[0].d.dk, nk * 2)) ||
-      (st = sdpa_gpu_poison(&gpu, sets[0].d.dv, nk * 2)) || (st = hop_once(&hx, 0)) ||
-      (st = launch_finish(&hx.launches[0])) || (st = download_outputs(&sets[0], outs[1], nq, nk)))
+      (st = sdpa_gpu_poison(&gpu, sets[0].d.dv, nv * 2)) || (st = hop_once(&hx, 0)) ||
+      (st = launch_finish(&hx.launches[0])) || (st = download_outputs(&sets[0], outs[1], nq, nk, nv)))
     goto fail;
   c->diff[0] = rel_diff(outs[1][0], outs[0][0], nq, c->dtype);
   c->diff[1] = rel_diff(outs[1][1], outs[0][1], nk, c->dtype);
-  c->diff[2] = rel_diff(outs[1][2], outs[0][2], nk, c->dtype);
+  c->diff[2] = rel_diff(outs[1][2], outs[0][2], nv, c->dtype);
 
   if ((st = time_runs(mma_once, &mx, runs, &c->mma_ms)) ||
       (st = time_runs(hop_once, &hx, runs, &c->ms)) || (st = launch_finish(&hx.launches[0])) ||
@@ -1279,6 +1289,10 @@ static void standard_cases(int quick) {
      * 128 + 72 columns) */
     add_case("fp16 hd256 bshd none S500", F, S, SDPA_MASK_NONE, 2, 2, 2, 500, 500, 256);
     add_case("fp16 hd200 bshd causal_br 333/517", F, S, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 2, 1, 333, 517, 200);
+    c = add_case("bf16 hd192/128 bshd causal_tl S500", B, S, SDPA_MASK_CAUSAL_TOP_LEFT, 2, 2, 1, 500, 500, 192);
+    c->head_dim_v = 128;
+    c = add_case("fp16 hd256/128 bshd none S300", F, S, SDPA_MASK_NONE, 1, 2, 2, 300, 300, 256);
+    c->head_dim_v = 128;
     c = add_case("bf16 hd256 bshd window(64,32) S500", B, S, SDPA_MASK_SLIDING_WINDOW, 1, 2, 2, 500, 500, 256);
     c->window_left = 64, c->window_right = 32;
     {
@@ -1314,14 +1328,15 @@ static void standard_cases(int quick) {
       const char *name; /* " full" / " causal" appended */
       sdpa_dtype dtype;
       sdpa_layout layout;
-      int batch, heads_q, heads_kv, seqlen, head_dim;
+      int batch, heads_q, heads_kv, seqlen, head_dim, head_dim_v;
     } more[] = {
-        {"time fp16 hd128 bshd S4k", SDPA_DTYPE_FP16, SDPA_LAYOUT_BSHD, 4, 16, 16, 4096, 128},
-        {"time bf16 hd128 gqa64/8 S4k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 4, 64, 8, 4096, 128},
-        {"time bf16 hd128 thd mixed", SDPA_DTYPE_BF16, SDPA_LAYOUT_THD, 0, 16, 16, 0, 128},
-        {"time bf16 hd256 bshd S8k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 2, 8, 8, 8192, 256},
-        {"time bf16 hd192 bshd S8k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 2, 10, 10, 8192, 192},
-        {"time bf16 hd160 bshd S8k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 2, 12, 12, 8192, 160},
+        {"time fp16 hd128 bshd S4k", SDPA_DTYPE_FP16, SDPA_LAYOUT_BSHD, 4, 16, 16, 4096, 128, 128},
+        {"time bf16 hd128 gqa64/8 S4k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 4, 64, 8, 4096, 128, 128},
+        {"time bf16 hd128 thd mixed", SDPA_DTYPE_BF16, SDPA_LAYOUT_THD, 0, 16, 16, 0, 128, 128},
+        {"time bf16 hd256 bshd S8k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 2, 8, 8, 8192, 256, 256},
+        {"time bf16 hd192 bshd S8k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 2, 10, 10, 8192, 192, 192},
+        {"time bf16 hd160 bshd S8k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 2, 12, 12, 8192, 160, 160},
+        {"time bf16 hd192/128 bshd S8k", SDPA_DTYPE_BF16, SDPA_LAYOUT_BSHD, 2, 10, 10, 8192, 192, 128},
     };
     for (int causal = 0; causal < 2; causal++)
       for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
@@ -1331,24 +1346,32 @@ static void standard_cases(int quick) {
                      causal ? SDPA_MASK_CAUSAL_TOP_LEFT : SDPA_MASK_NONE, more[i].batch,
                      more[i].heads_q, more[i].heads_kv, more[i].seqlen, more[i].seqlen,
                      more[i].head_dim);
+        c->head_dim_v = more[i].head_dim_v;
         if (more[i].layout == SDPA_LAYOUT_THD) set_lens(c, 8, lens, lens);
         c->timed = 1;
       }
   }
 }
 
-/* Every key class the family compiles, for --compile-only. */
-static int compile_all_classes(const char *const *filters, int filter_count) {
+/* Every key class the family compiles at the head dims given (--hd;
+ * default 64 and 128), for --compile-only. */
+static int compile_all_classes(const char *const *filters, int filter_count, const int (*dims)[2],
+                               int dim_count) {
+  static const int standard[2][2] = {{64, 64}, {128, 128}};
+  if (dim_count == 0) {
+    dims = standard;
+    dim_count = 2;
+  }
   int failures = 0;
   const double t0 = now_ms();
   double slowest = 0;
   for (int dt = 1; dt <= 2; dt++)
-    for (int hi = 0; hi < 2; hi++)
+    for (int di = 0; di < dim_count; di++)
       for (int layout = 1; layout <= 2; layout++)
         for (int mask = 0; mask < 4; mask++)
           for (int even = 0; even <= (layout == 1); even++)
             for (int lse = 0; lse < 2; lse++) {
-              hkey k = {(sdpa_dtype)dt, hi ? 128 : 64, hi ? 128 : 64, (sdpa_layout)layout,
+              hkey k = {(sdpa_dtype)dt, dims[di][0], dims[di][1], (sdpa_layout)layout,
                         (sdpa_mask)mask, lse, even};
               char name[128];
               key_name(&k, name, sizeof name);
@@ -1370,7 +1393,8 @@ static int compile_all_classes(const char *const *filters, int filter_count) {
 }
 
 static void usage(void) {
-  printf("usage: bench_hopper [--compile-only] [--quick] [--checks|--timed] [--case SUBSTR]...\n"
+  printf("usage: bench_hopper [--compile-only [--hd D[/DV]]...] [--quick] [--checks|--timed]\n"
+         "                    [--case SUBSTR]...\n"
          "                    [--no-twin] [--define NAME=VALUE]... [--runs N] [--seed N]\n"
          "                    [--blocks N]\n"
          "                    [--order-group N] [--memory bshd|bhsd]\n"
@@ -1380,7 +1404,7 @@ static void usage(void) {
 int main(int argc, char **argv) {
   int compile_only = 0, quick = 0, only_checks = 0, only_timed = 0, runs = 20, twins = 1;
   const char *filters[16];
-  int filter_count = 0;
+  int filter_count = 0, dims[16][2], dim_count = 0;
   base_seed = (uint64_t)time(NULL);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--compile-only")) compile_only = 1;
@@ -1391,6 +1415,17 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--case") && i + 1 < argc && filter_count < 16) filters[filter_count++] = argv[++i];
     else if (!strcmp(argv[i], "--define") && i + 1 < argc && extra_define_count < MAX_DEFINES)
       extra_defines[extra_define_count++] = argv[++i];
+    else if (!strcmp(argv[i], "--hd") && i + 1 < argc && dim_count < 16) {
+      char *end;
+      const char *text = argv[++i];
+      const long d = strtol(text, &end, 10), dv = *end == '/' ? strtol(end + 1, &end, 10) : d;
+      if (*end || d < 8 || d > 256 || d % 8 || dv < 8 || dv > d || dv % 8) {
+        printf("--hd %s: expected D or D/DV, multiples of 8 with 8 <= DV <= D <= 256\n", text);
+        return 2;
+      }
+      dims[dim_count][0] = (int)d;
+      dims[dim_count++][1] = (int)dv;
+    }
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--order-group") && i + 1 < argc) order_group_given = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--memory") && i + 1 < argc) memory_bhsd = !strcmp(argv[++i], "bhsd");
@@ -1410,7 +1445,8 @@ int main(int argc, char **argv) {
   }
   if (runs < 5) runs = 5;
   for (int i = 0; i < extra_define_count; i++) printf("define %s\n", extra_defines[i]);
-  if (compile_only) return compile_all_classes(filters, filter_count) ? 1 : 0;
+  if (compile_only)
+    return compile_all_classes(filters, filter_count, (const int(*)[2])dims, dim_count) ? 1 : 0;
 
   /* the mma family for the comparison, whatever the default family is */
   setenv("SDPA_JIT_FAMILY", "mma", 0);
