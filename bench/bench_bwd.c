@@ -515,14 +515,14 @@ static int add_case(bench_case *cases, int count, sdpa_dtype dtype, sdpa_layout 
 }
 
 static void usage(void) {
-  printf("usage: bench_bwd [--quick | --small | --shape B,H,S [--thd]] [--dtype bf16|fp16]\n"
+  printf("usage: bench_bwd [--quick | --small | --shape B,H,S[,Hkv] [--thd]] [--dtype bf16|fp16]\n"
          "                 [--hd 64|128] [--seq S] [--causal 0|1] [--deterministic] [--runs N]\n"
          "                 [--csv FILE]\n");
 }
 
 int main(int argc, char **argv) {
   int quick = 0, small = 0, thd = 0, runs = 30, only_hd = 0, only_seq = 0, only_causal = -1;
-  int shape[3] = {0, 0, 0}; /* --shape B,H,S */
+  int shape[4] = {0, 0, 0, 0}; /* --shape B,H,S[,Hkv] */
   sdpa_dtype only_dtype = 0;
   const char *csv_path = NULL;
   for (int i = 1; i < argc; i++) {
@@ -530,8 +530,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--small")) small = 1;
     else if (!strcmp(argv[i], "--thd")) thd = 1;
     else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
-      if (sscanf(argv[++i], "%d,%d,%d", &shape[0], &shape[1], &shape[2]) != 3 || shape[0] < 1 ||
-          shape[1] < 1 || shape[2] < 1) {
+      /* B,H,S or B,H,S,Hkv (GQA / MQA: Hkv divides H) */
+      const int n = sscanf(argv[++i], "%d,%d,%d,%d", &shape[0], &shape[1], &shape[2], &shape[3]);
+      if (n == 3) shape[3] = shape[1];
+      if (n < 3 || shape[0] < 1 || shape[1] < 1 || shape[2] < 1 || shape[3] < 1 ||
+          shape[1] % shape[3]) {
         usage();
         return 2;
       }
@@ -573,12 +576,16 @@ int main(int argc, char **argv) {
         for (int causal = 0; causal < 2; causal++) {
           if (only_causal >= 0 && causal != only_causal) continue;
           char tag[32];
-          snprintf(tag, sizeof tag, "%sB%d H%d S%d", thd ? "thd " : "", shape[0], shape[1],
-                   shape[2]);
+          if (shape[3] == shape[1])
+            snprintf(tag, sizeof tag, "%sB%d H%d S%d", thd ? "thd " : "", shape[0], shape[1],
+                     shape[2]);
+          else
+            snprintf(tag, sizeof tag, "%sB%d H%d/%d S%d", thd ? "thd " : "", shape[0], shape[1],
+                     shape[3], shape[2]);
           int lens[MAX_SEQS]; /* THD: B sequences of S, 7S/8, 3S/4, 5S/8, S, ... tokens */
           for (int b = 0; thd && b < shape[0]; b++) lens[b] = shape[2] - (b % 4) * shape[2] / 8;
           count = add_case(cases, count, dtype, thd ? SDPA_LAYOUT_THD : SDPA_LAYOUT_BSHD,
-                           shape[0], shape[1], shape[1], shape[2], only_hd ? only_hd : dims[hi],
+                           shape[0], shape[1], shape[3], shape[2], only_hd ? only_hd : dims[hi],
                            causal, tag, thd ? lens : NULL);
         }
       continue;

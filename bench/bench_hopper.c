@@ -88,7 +88,7 @@ extern const embedded_file sdpa_embedded_templates[];
 
 #define MAX_SEQS 16
 #define MAX_CASES 96
-#define MAX_MODULES 128
+#define MAX_MODULES 1024
 #define MAX_DEFINES 8
 #define AUX_THREADS SDPA_AUX_THREADS
 #define SETS 2

@@ -342,7 +342,7 @@ typedef enum sdpa_switch {
   SDPA_SWITCH_OFF = 2
 } sdpa_switch;
 
-#define SDPA_BWD_PLAN_OPTIONS_VERSION 2 /* version 1 (without any_head_dim) is accepted */
+#define SDPA_BWD_PLAN_OPTIONS_VERSION 3 /* versions 1 and 2 (without the later fields) are accepted */
 
 /* Choices of a plan beyond the descriptor: tuning and testing. Initialize
  * with SDPA_BWD_PLAN_OPTIONS_INIT; zero means "the runtime's default",
@@ -379,12 +379,19 @@ typedef struct sdpa_bwd_plan_options {
    * 32, 64, 96, 128, 192 and 256 (either head dim), and a plan for another
    * fails with NOT_SUPPORTED naming the restriction. */
   sdpa_switch any_head_dim;
+  /* Version 3. SDPA_JIT_HEAD_CHUNKS: the Hopper family (not deterministic)
+   * may split a kv tile's group of query heads (GQA / MQA) over this many
+   * blocks, each adding its dK / dV in fp32 to the workspace, which the
+   * convert kernel writes out; the largest divisor of the group up to it
+   * is taken (1: never split). 0: the library's rule. Any count is
+   * correct; it changes the speed and the workspace size only. */
+  int head_chunks;
 } sdpa_bwd_plan_options;
 
 #define SDPA_BWD_PLAN_OPTIONS_INIT                                            \
   {SDPA_BWD_PLAN_OPTIONS_VERSION, SDPA_FAMILY_AUTO, 0, 0, 0, 0,               \
    SDPA_DQ_DEFAULT, SDPA_SWITCH_DEFAULT, SDPA_SWITCH_DEFAULT, 0, 0,          \
-   SDPA_SWITCH_DEFAULT}
+   SDPA_SWITCH_DEFAULT, 0}
 
 /* Validates `desc`, picks the family and tiles for its arch and builds the
  * specialization key and workspace size. Needs no GPU (give an arch). On a

@@ -192,6 +192,8 @@ static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void 
                                              : NULL;
   p.dq_accum_copy = plan->dq_copies > 1 ? (float *)(ws + plan->ws_dq_accum_copy) : NULL;
   p.semaphores_copy = plan->dq_copies > 1 ? (sdpa_i32 *)(ws + plan->ws_semaphores_copy) : NULL;
+  const int split = plan->head_chunks > 1; /* dK / dV through dkv_accum */
+  p.dkv_accum = split ? (float *)(ws + plan->ws_dkv_accum) : NULL;
   p.error_flag = (sdpa_i32 *)(uintptr_t)m->error_device;
   p.sm_count = m->sm_count;
   if (d->layout == SDPA_LAYOUT_THD) {
@@ -205,10 +207,17 @@ static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void 
 
   /* Grids: checked against the launch limits at the plan's bounds. */
   const int64_t aux_blocks = sdpa_aux_blocks(p.rows_q * p.heads_q, d->head_dim_v);
-  const int64_t main_x = plan->main_grid_x, convert_x = plan->convert_grid_x;
+  const int64_t main_x = plan->main_grid_x;
+  const int64_t dkv_x = split ? sdpa_dkv_convert_blocks(p.rows_kv, d->heads_kv, d->head_dim,
+                                                        d->head_dim_v)
+                              : 0;
+  /* the convert kernel's dQ blocks come first (it tells them by index) */
+  const int64_t convert_x =
+      split ? plan->convert_grid_x + dkv_x : aux_blocks > 0 ? plan->convert_grid_x : 0;
+  const unsigned heads_y = (unsigned)(d->heads_kv * plan->head_chunks);
   sdpa_launch launches[3];
   int count = 0;
-  if (aux_blocks > 0 || p.semaphores) /* zeroes what main counts on */
+  if (aux_blocks > 0 || p.semaphores || dkv_x > 0) /* zeroes what main counts on */
     launches[count++] = (sdpa_launch){m->preprocess, "launching sdpa_bwd_preprocess",
                                       aux_blocks > 0 ? (unsigned)aux_blocks : 1u, 1u,
                                       SDPA_AUX_THREADS, 0u, 0};
@@ -221,14 +230,14 @@ static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void 
    * at most the device's multiprocessors; one block a tile where the count
    * is unknown */
   const long long persistent =
-      hopper ? sdpa_hopper_persistent_grid(&plan->fields, main_x * d->heads_kv, m->sm_count) : 0;
+      hopper ? sdpa_hopper_persistent_grid(&plan->fields, main_x * heads_y, m->sm_count) : 0;
   if (main_x > 0)
     launches[count++] = (sdpa_launch){m->main, "launching sdpa_bwd_main",
                                       persistent ? (unsigned)persistent : (unsigned)main_x,
-                                      persistent ? 1u : (unsigned)d->heads_kv,
+                                      persistent ? 1u : heads_y,
                                       (unsigned)plan->threads, (unsigned)plan->smem_bytes,
                                       hopper};
-  if (!fold_dq && aux_blocks > 0 && convert_x > 0)
+  if (!fold_dq && convert_x > 0) /* dQ where there are query rows; dK, dV when split */
     launches[count++] = (sdpa_launch){m->convert, "launching sdpa_bwd_convert_dq",
                                       (unsigned)convert_x, 1u, SDPA_AUX_THREADS, 0u, 0};
   return sdpa_launch_run(&plan->graphs, drv, ctx, (CUstream)stream, launches,

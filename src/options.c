@@ -133,6 +133,12 @@ void sdpa_options_read_defaults(sdpa_option_defaults *out) {
              "SDPA_JIT_ORDER_GROUP = \"%s\" is not valid: expected a count of "
              "(sequence, kv head) pairs from 1 to %d, or unset",
              env, 0x7fffffff);
+  if ((env = getenv("SDPA_JIT_HEAD_CHUNKS")) && *env &&
+      parse_int(env, 1, 65535, &v->head_chunks) != 0)
+    snprintf(out->errors[SDPA_OPTION_HEAD_CHUNKS], size,
+             "SDPA_JIT_HEAD_CHUNKS = \"%s\" is not valid: expected a count of "
+             "blocks from 1 to 65535 to split a kv head's query heads over, or unset",
+             env);
   /* Testing only, and it was never validated: a value that is not an arch
    * of 80 or more leaves the tiles to the target's arch. */
   if ((env = getenv("SDPA_JIT_CONFIG_ARCH")) && *env &&
@@ -150,10 +156,12 @@ sdpa_status sdpa_options_resolve(const sdpa_option_defaults *defaults,
                                  sdpa_bwd_plan_options *out) {
   static const sdpa_bwd_plan_options none = SDPA_BWD_PLAN_OPTIONS_INIT;
   const sdpa_bwd_plan_options *def = &defaults->values;
-  sdpa_bwd_plan_options upgraded = none; /* a version 1 struct, read up to its end */
+  sdpa_bwd_plan_options upgraded = none; /* an older struct, read up to its end */
   if (!given) given = &none;
-  if (given->version == 1) {
-    memcpy(&upgraded, given, offsetof(sdpa_bwd_plan_options, any_head_dim));
+  if (given->version == 1 || given->version == 2) {
+    memcpy(&upgraded, given,
+           given->version == 1 ? offsetof(sdpa_bwd_plan_options, any_head_dim)
+                               : offsetof(sdpa_bwd_plan_options, head_chunks));
     upgraded.version = SDPA_BWD_PLAN_OPTIONS_VERSION;
     given = &upgraded;
   }
@@ -244,5 +252,15 @@ sdpa_status sdpa_options_resolve(const sdpa_option_defaults *defaults,
                           "or more, or 0 for the target's",
                           given->config_arch);
   if (given->config_arch == 0) out->config_arch = def->config_arch;
+  if (given->head_chunks < 0 || given->head_chunks > 65535)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
+                          "options.head_chunks = %d is not valid: give a count of "
+                          "blocks from 1 to 65535, or 0 for the library's rule",
+                          given->head_chunks);
+  if (given->head_chunks == 0) {
+    if (defaults->errors[SDPA_OPTION_HEAD_CHUNKS][0])
+      return default_error(defaults, SDPA_OPTION_HEAD_CHUNKS);
+    out->head_chunks = def->head_chunks;
+  }
   return SDPA_STATUS_SUCCESS;
 }

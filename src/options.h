@@ -25,6 +25,7 @@ typedef enum sdpa_option_field {
   SDPA_OPTION_ORDER_GROUP,
   SDPA_OPTION_CONFIG_ARCH,
   SDPA_OPTION_ANY_HEAD_DIM,
+  SDPA_OPTION_HEAD_CHUNKS,
   SDPA_OPTION_COUNT
 } sdpa_option_field;
 

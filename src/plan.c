@@ -536,6 +536,7 @@ static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
   p->window_right = d->window_right;
   const int64_t kv_tiles = sdpa_tiles(d->seqlen_kv, c->kv_tile);
   p->order_group = launch_order_group(d, c, &plan->options, kv_tiles);
+  p->head_chunks = plan->head_chunks;
   p->scale = d->scale;
   p->scale_log2 = d->scale * 1.4426950408889634f;
 
@@ -556,7 +557,11 @@ static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
   int64_t largest = plan->main_grid_x > plan->convert_grid_x ? plan->main_grid_x
                                                              : plan->convert_grid_x;
   if (aux_x > largest) largest = aux_x;
-  if (largest > INT32_MAX || d->heads_kv > 65535)
+  const int64_t dkv_x = plan->head_chunks > 1 ? sdpa_dkv_convert_blocks(plan->rows_kv, d->heads_kv,
+                                                                        d->head_dim, d->head_dim_v)
+                                              : 0;
+  if (dkv_x > INT32_MAX - plan->convert_grid_x) largest = INT64_MAX;
+  if (largest > INT32_MAX || (int64_t)d->heads_kv * plan->head_chunks > 65535)
     return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,
                           "desc.batch = %d, desc.heads_q = %d, desc.heads_kv = "
                           "%d, desc.seqlen_q = %d, desc.seqlen_kv = %d and "
@@ -565,7 +570,7 @@ static sdpa_status plan_launch(sdpa_bwd_plan *plan) {
                           "the batch, the heads or the sequences",
                           d->batch, d->heads_q, d->heads_kv, d->seqlen_q,
                           d->seqlen_kv, (long long)d->max_total_q,
-                          (long long)largest, d->heads_kv, INT32_MAX);
+                          (long long)largest, d->heads_kv * plan->head_chunks, INT32_MAX);
   return SDPA_STATUS_SUCCESS;
 }
 
@@ -598,12 +603,28 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   plan->dq_copies = sdpa_dq_copies(c->family, c->deterministic, c->mask, c->head_dim);
   const int counters = plan->fields.fold_dq || d->deterministic;
   const int two = plan->dq_copies > 1;
+  /* the query heads of a kv tile split over blocks (Hopper family, dQ by
+   * the convert kernel, one tile a block): dK and dV summed in fp32 */
+  plan->head_chunks =
+      c->family == SDPA_FAMILY_HOPPER && !c->fold_dq &&
+              !sdpa_hopper_persistent_kernel(c->head_dim, (int)c->layout, (int)c->mask,
+                                             c->deterministic)
+          ? sdpa_hopper_head_chunks(d->heads_q / d->heads_kv, (int)d->mask, d->deterministic,
+                                    d->head_dim, plan->options.head_chunks)
+          : 1;
+  if ((int64_t)d->heads_kv * plan->head_chunks > 65535) /* grid y */
+    plan->head_chunks = sdpa_hopper_head_chunks(d->heads_q / d->heads_kv, (int)d->mask,
+                                                d->deterministic, d->head_dim,
+                                                65535 / d->heads_kv);
+  const int split = plan->head_chunks > 1;
+  const int64_t dkv_accum[] = {plan->rows_kv, d->heads_kv, d->head_dim + d->head_dim_v, 4};
   if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||
       add_region(&total, &plan->ws_dq_accum_copy, two ? dq_accum : none, two ? 5 : 1) ||
       add_region(&total, &plan->ws_delta, delta, 3) ||
       add_region(&total, &plan->ws_semaphores, counters ? semaphores : none, counters ? 4 : 1) ||
       add_region(&total, &plan->ws_semaphores_copy, counters && two ? semaphores : none,
-                 counters && two ? 4 : 1))
+                 counters && two ? 4 : 1) ||
+      add_region(&total, &plan->ws_dkv_accum, split ? dkv_accum : none, split ? 4 : 1))
     return workspace_overflow(plan);
   plan->workspace_bytes = total;
   return SDPA_STATUS_SUCCESS;

@@ -4,15 +4,19 @@
  *
  *   sdpa_bwd_preprocess  Delta[h, row] = sum_d dO*O; zero the fp32 dQ
  *                        accumulator (and the query tiles' counters when
- *                        main writes dQ or in deterministic mode).
+ *                        main writes dQ or in deterministic mode, and
+ *                        dkv_accum where there is one).
  *   sdpa_bwd_convert_dq  dQ = dtype(dQacc * scale), at full memory
- *                        bandwidth.
+ *                        bandwidth; where there is a dkv_accum (the query
+ *                        heads split over blocks), dK and dV from it too.
  *
  * Launch contract (execute.c):
  *   preprocess: grid ceil(rows_q*heads_q / (256 / sdpa_aux_lanes(DV)))
  *               (at least 1), block 256, no smem; before main, which
  *               needs its zeroes and Delta.
- *   convert: grid q_blocks * batch * heads_q, block 256, no smem.
+ *   convert: grid q_blocks * batch * heads_q, block 256, no smem; with a
+ *               dkv_accum, sdpa_dkv_convert_blocks(rows_kv, heads_kv, D,
+ *               DV) blocks more.
  *
  * Reads the key defines SDPA_DTYPE, SDPA_HEAD_DIM, SDPA_HEAD_DIM_V,
  * SDPA_LAYOUT, SDPA_MASK, SDPA_DETERMINISTIC and SDPA_FOLD_DQ, and
@@ -72,6 +76,11 @@ sdpa_bwd_preprocess(const sdpa_kernel_params p) {
         sdpa_i32 *sem = counters_of(p, c);
         for (sdpa_i64 i = gid; i < tiles; i += threads) sem[i] = 0;
       }
+    }
+    if (p.dkv_accum) {
+      float4 *acc = (float4 *)p.dkv_accum;
+      const sdpa_i64 m = p.rows_kv * p.heads_kv * ((D + DV) / 4);
+      for (sdpa_i64 i = gid; i < m; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
   const int lane = threadIdx.x & 31, part = lane % PRE_LANES;
@@ -170,6 +179,33 @@ SDPA_DEVICE void store_dq_rows(u16 *dq, sdpa_i64 dq_seq, int r0, int rr, int pc,
 }
 #endif
 
+/* dK and dV from dkv_accum (sdpa_params.h; dK's scale already applied):
+ * 8 columns (two float4, one 16-byte store) a thread, `block` numbering
+ * the convert kernel's blocks past its dQ ones. The kv rows' 16-byte
+ * alignment is the sm_90a family's (its epilogue stores them so). */
+SDPA_DEVICE void convert_dkv(const sdpa_kernel_params &p, sdpa_i64 block) {
+  constexpr int PARTS = (D + DV) / 8;
+  const sdpa_i64 x = block * SDPA_AUX_THREADS + threadIdx.x;
+  const sdpa_i64 item = x / PARTS; /* (kv token, kv head) */
+  if (item >= p.rows_kv * p.heads_kv) return;
+  const int col = (int)(x - item * PARTS) * 8, hk = (int)(item % p.heads_kv);
+  const sdpa_i64 t = item / p.heads_kv;
+  const float4 a = *(const float4 *)(p.dkv_accum + x * 8),
+               b = *(const float4 *)(p.dkv_accum + x * 8 + 4);
+  const uint4 v = make_uint4(pack2<DT>(a.x, a.y), pack2<DT>(a.z, a.w), pack2<DT>(b.x, b.y),
+                             pack2<DT>(b.z, b.w));
+  const bool k = col < D;
+#if SDPA_LAYOUT == 1
+  const sdpa_i64 bb = t / p.seqlen_kv, s = t - bb * p.seqlen_kv;
+  const sdpa_i64 at = k ? bb * p.dk_batch + s * p.dk_seq + hk * p.dk_head + col
+                        : bb * p.dv_batch + s * p.dv_seq + hk * p.dv_head + (col - D);
+#else
+  const sdpa_i64 at =
+      k ? t * p.dk_seq + hk * p.dk_head + col : t * p.dv_seq + hk * p.dv_head + (col - D);
+#endif
+  *(uint4 *)((u16 *)(k ? p.dk : p.dv) + at) = v;
+}
+
 /* One CTA per (16-row block of a sequence, head), grid.x = q_blocks *
  * batch * heads_q: dq = dtype(dQacc * scale) (dQacc: the copies' sum),
  * reading the block's fragment-ordered pieces. sm_90: where dQ's rows are 16-byte aligned,
@@ -179,6 +215,11 @@ SDPA_DEVICE void store_dq_rows(u16 *dq, sdpa_i64 dq_seq, int r0, int rr, int pc,
 extern "C" __global__ void __launch_bounds__(SDPA_AUX_THREADS)
 sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
   sdpa_i64 x = blockIdx.x;
+  const sdpa_i64 dq_part = (sdpa_i64)p.q_blocks * p.batch * p.heads_q;
+  if (x >= dq_part) {
+    if (p.dkv_accum) convert_dkv(p, x - dq_part);
+    return;
+  }
   const int h = (int)(x % p.heads_q);
   x /= p.heads_q;
   const int blk = (int)(x % p.q_blocks), b = (int)(x / p.q_blocks);

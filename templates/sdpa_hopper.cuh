@@ -349,6 +349,14 @@ static_assert(DQ_SPLIT_M || sdpa_hopper_dq_col0(HOP_CFG, 1) % 64 == 0,
 #define HOP_DESCENDS(p)                                                       \
   (SDPA_DETERMINISTIC && sdpa_hopper_dq_descends(SDPA_MASK, (p).window_right, (p).group))
 
+/* Blocks a kv tile's query heads are split over (sdpa_params.h,
+ * sdpa_hopper_head_chunks): 1 for deterministic and persistent kernels
+ * (the plan splits neither: the fp32 path beside the stores spilled 24-28
+ * bytes in the persistent hd 64 kernel). */
+SDPA_DEVICE int head_chunks(const sdpa_kernel_params &p) {
+  return SDPA_DETERMINISTIC || SDPA_HOPPER_PERSIST || p.head_chunks < 1 ? 1 : p.head_chunks;
+}
+
 /* Tile (bx, by)'s kv tile j, sequence b, kv head hk (one tile a block:
  * the block's index; persistent: the block's n-th tile, flat index
  * by * grid_x + bx); the mma family's order
@@ -357,7 +365,8 @@ static_assert(DQ_SPLIT_M || sdpa_hopper_dq_col0(HOP_CFG, 1) % 64 == 0,
  * each before j + 1 (heaviest first; deterministic plans in index order
  * take every pair as one group), or j + 1 before j where the adds
  * descend (HOP_DESCENDS: lightest first, each block after those whose
- * adds it waits for). */
+ * adds it waits for). With the query heads split (head_chunks), hk is
+ * the kv head times the chunks plus the chunk, make_work's to part. */
 SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, unsigned bx, unsigned by,
                               unsigned grid_x, int &j, int &b, int &hk) {
   const int kv_tiles = (p.seqlen_kv + HOP_N - 1) / HOP_N;
@@ -367,16 +376,17 @@ SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, unsigned bx, unsigned
   b = bx / kv_tiles;
   hk = by;
 #else
+  const int heads = p.heads_kv * head_chunks(p);
   const sdpa_i64 flat = (sdpa_i64)by * grid_x + bx;
-  const sdpa_i64 pairs = (sdpa_i64)p.batch * p.heads_kv;
+  const sdpa_i64 pairs = (sdpa_i64)p.batch * heads;
   const sdpa_i64 span = (sdpa_i64)p.order_group * kv_tiles;
   const sdpa_i64 group = flat / span, first = group * p.order_group;
   const int members = (int)min((sdpa_i64)p.order_group, pairs - first);
   const int r = (int)(flat - group * span);
   j = HOP_DESCENDS(p) ? kv_tiles - 1 - r / members : r / members;
   const sdpa_i64 pair = first + r % members;
-  b = (int)(pair / p.heads_kv);
-  hk = (int)(pair % p.heads_kv);
+  b = (int)(pair / heads);
+  hk = (int)(pair % heads);
 #endif
 }
 
@@ -727,6 +737,31 @@ SDPA_DEVICE void copy_rows(u16 *dst, sdpa_i64 ld, u32 out, int pitch, int valid)
   }
 }
 
+/* This thread's accumulator fragments (NC columns from col0 of the kv
+ * rows' dkv_accum rows, times mul) added to dkv_accum (sdpa_params.h):
+ * the warp's 16 rows from rbase, rows < kv_valid, a column pair a
+ * red.global.add.v2.f32. */
+template <int NC>
+SDPA_DEVICE void add_rows(const sdpa_kernel_params &p, const Work &w, const float (&acc)[NC / 2],
+                          float mul, int rbase, int col0) {
+  const int lane = threadIdx.x & 31;
+  const sdpa_i64 pitch = (sdpa_i64)p.heads_kv * (D + DV); /* floats a kv token */
+  float *const at = p.dkv_accum + (w.kv0 + w.k0) * pitch + (sdpa_i64)w.hk * (D + DV) + col0 +
+                    2 * (lane & 3);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = rbase + (lane >> 2) + 8 * hf;
+    if (r < w.kv_valid) {
+      float *const row = at + r * pitch;
+#pragma unroll
+      for (int j = 0; j < NC / 8; ++j)
+        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(row + 8 * j),
+                     "f"(acc[4 * j + 2 * hf] * mul), "f"(acc[4 * j + 2 * hf + 1] * mul)
+                     : "memory");
+    }
+  }
+}
+
 /* P^T packed as 16x16 fragments (the A operand of a k16 wgmma from
  * registers, and stmatrix x4's four matrices): fragment kk holds query
  * columns 16kk..16kk+15 of this thread's rows. */
@@ -773,10 +808,12 @@ SDPA_DEVICE void advance_ring(int &stage, u32 &phase, int &buf) {
  * of the tile has retired, each stages its dK (times the scale) and dV
  * columns (NK from k_col, NV from v_col; its rows: the warp's 16 from
  * row0's 16-row block) in the freed buffers, then all of them store the
- * tile's rows < kv_valid. The bulk reduce-adds must have read their
- * staged dQ: persistent, before the staging (which covers it), and both
- * consumers meet again after the stores (the next tile's dS and dQ go
- * where the rows were staged); else last (the block's shared memory must
+ * tile's rows < kv_valid; or, where the group's query heads are split
+ * over blocks (head_chunks), each adds its columns to dkv_accum. The
+ * bulk reduce-adds must have read their staged dQ: persistent, before
+ * the staging (which covers it), and both consumers meet again after the
+ * stores (the next tile's dS and dQ go where the rows were staged); else
+ * last (the block's shared memory must
  * outlive the reads; the adds themselves complete before the kernel
  * does). */
 template <int NK, int NV>
@@ -790,13 +827,18 @@ SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w, u32
 #endif
   named_barrier_sync_unaligned(1, CONSUMER_THREADS);
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(5, trace_clock());
-  stage_rows<NK>(base + SMEM_OUT_K, OUT_PITCH_K, acc_dk, p.scale, row0 & ~15, k_col);
-  stage_rows<NV>(base + SMEM_OUT_V, OUT_PITCH_V, acc_dv, 1.f, row0 & ~15, v_col);
-  named_barrier_sync_unaligned(1, CONSUMER_THREADS);
-  copy_rows<D>((u16 *)p.dk + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head),
-               p.dk_seq, base + SMEM_OUT_K, OUT_PITCH_K, w.kv_valid);
-  copy_rows<DV>((u16 *)p.dv + kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dv_batch, p.dv_seq, p.dv_head),
-                p.dv_seq, base + SMEM_OUT_V, OUT_PITCH_V, w.kv_valid);
+  if (head_chunks(p) > 1) {
+    add_rows<NK>(p, w, acc_dk, p.scale, row0 & ~15, k_col);
+    add_rows<NV>(p, w, acc_dv, 1.f, row0 & ~15, D + v_col);
+  } else {
+    stage_rows<NK>(base + SMEM_OUT_K, OUT_PITCH_K, acc_dk, p.scale, row0 & ~15, k_col);
+    stage_rows<NV>(base + SMEM_OUT_V, OUT_PITCH_V, acc_dv, 1.f, row0 & ~15, v_col);
+    named_barrier_sync_unaligned(1, CONSUMER_THREADS);
+    const sdpa_i64 dk_at = kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dk_batch, p.dk_seq, p.dk_head),
+                   dv_at = kv_row_offset(w.b, w.kv0, w.k0, w.hk, p.dv_batch, p.dv_seq, p.dv_head);
+    copy_rows<D>((u16 *)p.dk + dk_at, p.dk_seq, base + SMEM_OUT_K, OUT_PITCH_K, w.kv_valid);
+    copy_rows<DV>((u16 *)p.dv + dv_at, p.dv_seq, base + SMEM_OUT_V, OUT_PITCH_V, w.kv_valid);
+  }
 #if SDPA_HOPPER_PERSIST
   named_barrier_sync_unaligned(1, CONSUMER_THREADS);
 #elif SDPA_HOPPER_DQ_BULK && !SDPA_DETERMINISTIC
@@ -1111,10 +1153,12 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
  * then, from one tile of the sequence). */
 SDPA_DEVICE void make_work(const sdpa_kernel_params &p, unsigned bx, unsigned by, unsigned grid_x,
                            bool reporter, Work &w) {
-  int j;
-  decode_block(p, bx, by, grid_x, j, w.b, w.hk);
+  int j, hv;
+  decode_block(p, bx, by, grid_x, j, w.b, hv);
+  const int chunks = head_chunks(p), heads = p.group / chunks; /* query heads a block */
+  w.hk = hv / chunks;
   w.kv_valid = w.steps = 0;
-  w.h_first = w.hk * p.group;
+  w.h_first = w.hk * p.group + (hv % chunks) * heads;
   if (!sequence_bounds(p, w.b, w.q0, w.kv0, w.sq, w.skv, reporter && j == 0 && w.hk == 0))
     return;
   w.k0 = j * HOP_N;
@@ -1128,7 +1172,7 @@ SDPA_DEVICE void make_work(const sdpa_kernel_params &p, unsigned bx, unsigned by
     w.it_lo = lo / HOP_M;
     w.it_hi = lo <= hi ? hi / HOP_M : w.it_lo - 1;
   }
-  w.steps = w.it_hi >= w.it_lo ? (w.it_hi - w.it_lo + 1) * p.group : 0;
+  w.steps = w.it_hi >= w.it_lo ? (w.it_hi - w.it_lo + 1) * heads : 0;
   /* SDPA_HOPPER_STAGGER (not deterministic plans, whose adds go in
    * kv-tile order): kv tile j starts at query tile it_lo + j * STAGGER
    * (mod the range), so that the kv tiles of a head, running side by
@@ -1236,9 +1280,10 @@ SDPA_DEVICE void persistent_producer(const sdpa_kernel_params &p, const sdpa_ten
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (warp == 3) {
     if (lane != 0) return;
-    /* tile (bx, by) of the x-major order over grid_x x heads_kv: the
-     * block's index, then every gridDim.x-th (a grid of one row; a grid
-     * of the kernel's tiles, x by heads_kv, gives each block one) */
+    /* tile (bx, by) of the x-major order over grid_x x heads_kv (times
+     * the head chunks): the block's index, then every gridDim.x-th (a
+     * grid of one row; a grid of the kernel's tiles, x by heads_kv, gives
+     * each block one) */
     const unsigned grid_x = (unsigned)sdpa_hopper_grid_x(HOP_CFG, p.seqlen_kv, p.batch);
     const unsigned stride = gridDim.y > 1 ? 0u : gridDim.x;
     unsigned bx = blockIdx.x, by = blockIdx.y;
@@ -1247,7 +1292,7 @@ SDPA_DEVICE void persistent_producer(const sdpa_kernel_params &p, const sdpa_ten
     for (int n = 0;; ++n) {
       if (n >= 2) mbar_wait(base + BAR_WORK_EMPTY(n), ((n - 2) >> 1) & 1);
       Work &w = work_slot(smem, n); /* built in place */
-      if (by >= (unsigned)p.heads_kv || (n > 0 && stride == 0)) {
+      if (by >= (unsigned)(p.heads_kv * head_chunks(p)) || (n > 0 && stride == 0)) {
         w.kv_valid = -1; /* the end */
         mbar_arrive(base + BAR_WORK_FULL(n));
         return;

@@ -91,6 +91,30 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_persistent_kernel(int head_dim, int layout, in
   return SDPA_HOPPER_PERSISTENT_KERNEL(head_dim, layout, mask, deterministic);
 }
 
+/* Blocks a kv tile's group of query heads is split over (the launch's
+ * p.head_chunks; grid y = heads_kv x chunks): each block runs group /
+ * chunks query heads and adds its dK / dV, in fp32, to an accumulator the
+ * convert kernel writes out, instead of storing them. A GQA block walks
+ * its group's heads one after the other, so the kv tiles of a kv head
+ * drift apart and read each Q / dO tile (and add to each dQ tile) too far
+ * apart in time for L2 (bench/RESULTS.md, GQA causal: L2 and the order of
+ * the steps); split, they keep an MHA block's order, for the adds at each
+ * block's end. `wanted` > 0 asks for that many (for measurement: the
+ * largest divisor of the group up to it); 0 takes the rule. Deterministic
+ * plans: 1 (the dK / dV adds would come in any order); so are persistent
+ * kernels' (the plan's choice, sdpa_hopper_persistent_kernel). */
+#define SDPA_HOPPER_HEAD_CHUNKS_DEFAULT(group, mask, head_dim) 1
+SDPA_HOPPER_TRAIT int sdpa_hopper_head_chunks(int group, int mask, int deterministic,
+                                              int head_dim, int wanted) {
+  (void)mask;
+  (void)head_dim;
+  if (deterministic || group <= 1) return 1;
+  int c = wanted > 0 ? wanted : SDPA_HOPPER_HEAD_CHUNKS_DEFAULT(group, mask, head_dim);
+  if (c > group) c = group;
+  while (c > 1 && group % c) --c;
+  return c < 1 ? 1 : c;
+}
+
 /* The largest head dim whose kernel has room for the dQ staging beside
  * two Q / dO stages (the wide kernel's carve at 256 is 231,616 bytes
  * without it; with it, up to 192 fits sm_90's 232,448: the kernel

@@ -24,6 +24,10 @@
  *   semaphores[(h*batch + b)*q_tiles + tile]: per query tile, the kv
  *         tiles done with it (when main writes dQ; in deterministic mode
  *         also the order they reduce in)
+ *   dkv_accum[(row*heads_kv + hk)*(head_dim + head_dim_v) + c], row = kv
+ *         token (BSHD: b*seqlen_kv + s; THD: t): dK times the scale in
+ *         columns c < head_dim, dV after them, summed over the blocks a
+ *         kv head's query heads are split over (head_chunks > 1)
  */
 #ifndef SDPA_PARAMS_H
 #define SDPA_PARAMS_H
@@ -78,6 +82,13 @@ typedef struct sdpa_kernel_params {
    * (sdpa_dq_copies), laid out as they are; else null */
   float *dq_accum_copy;
   sdpa_i32 *semaphores_copy;
+  /* blocks a kv tile's group of query heads is split over (sm_90a, not
+   * deterministic; sdpa_hopper_head_chunks): 1 (or 0) = one block runs
+   * the whole group and stores dK / dV; more: each runs group /
+   * head_chunks heads and adds its dK / dV to dkv_accum (above, else
+   * null), which the convert kernel writes out */
+  sdpa_i32 head_chunks;
+  float *dkv_accum;
 } sdpa_kernel_params;
 
 /* Error flag bits (error_flag word). */

@@ -1032,6 +1032,84 @@ START_TEST(launch_order_group) {
 }
 END_TEST
 
+/* The query heads of a kv tile split over blocks (options.head_chunks,
+ * SDPA_JIT_HEAD_CHUNKS; Hopper family, not deterministic): the largest
+ * divisor of the group up to the count asked for, the launch parameter
+ * and grid y follow it, and the workspace grows by the fp32 dK / dV
+ * accumulator (rows_kv x heads_kv x (head_dim + head_dim_v) floats); 1
+ * (no region) for MHA, deterministic plans, the persistent kernel and
+ * the mma.sync family. */
+static int chunks_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, size_t *bytes) {
+  sdpa_bwd_plan *plan = make_with(d, o);
+  const int chunks = plan->head_chunks;
+  ck_assert_int_eq(plan->params.head_chunks, chunks);
+  if (bytes) *bytes = sdpa_bwd_workspace_size(plan);
+  if (chunks > 1)
+    ck_assert_uint_eq(sdpa_bwd_workspace_size(plan) - plan->ws_dkv_accum,
+                      (size_t)plan->rows_kv * d->heads_kv * (d->head_dim + d->head_dim_v) * 4);
+  sdpa_bwd_plan_destroy(plan);
+  return chunks;
+}
+
+START_TEST(head_chunks) {
+  sdpa_bwd_desc d = good();
+  d.arch = 90;
+  d.heads_q = 8;
+  d.heads_kv = 2; /* a group of 4 */
+  d.head_dim = 128;
+  d.head_dim_v = 64;
+  d.mask = SDPA_MASK_CAUSAL_TOP_LEFT;
+  sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+  size_t whole = 0, split = 0;
+  o.head_chunks = 1;
+  ck_assert_int_eq(chunks_with(&d, &o, &whole), 1);
+  o.head_chunks = 4;
+  ck_assert_int_eq(chunks_with(&d, &o, &split), 4);
+  ck_assert_uint_eq(split - whole, (size_t)2 * 256 * 2 * (128 + 64) * 4);
+  o.head_chunks = 3; /* the largest divisor of 4 up to 3 */
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 2);
+  o.head_chunks = 100;
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 4);
+  d.mask = SDPA_MASK_NONE;
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 4);
+  d.head_dim = d.head_dim_v = 64; /* the persistent kernel: never split */
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 1);
+  d.layout = SDPA_LAYOUT_THD; /* one tile a block */
+  d.max_total_q = d.max_total_kv = 512;
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 4);
+  d.layout = SDPA_LAYOUT_BSHD;
+  d.max_total_q = d.max_total_kv = 0;
+  d.head_dim = 128;
+  d.head_dim_v = 64;
+  d.deterministic = 1;
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 1);
+  d.deterministic = 0;
+  o.family = SDPA_FAMILY_MMA;
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 1);
+  o.family = SDPA_FAMILY_AUTO;
+  d.heads_kv = 8; /* MHA */
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 1);
+  d.heads_kv = 2;
+  runtime_with_env("SDPA_JIT_HEAD_CHUNKS", "2");
+  ck_assert_int_eq(chunks_with(&d, NULL, NULL), 2);
+  const char *bad[] = {"0", "-1", "2x", "70000"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    runtime_with_env("SDPA_JIT_HEAD_CHUNKS", bad[i]);
+    REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_HEAD_CHUNKS", "from 1 to 65535");
+  }
+  runtime_with_env("SDPA_JIT_HEAD_CHUNKS", NULL);
+  o.head_chunks = -1;
+  sdpa_bwd_plan *none = NULL;
+  ck_assert_int_eq(sdpa_bwd_plan_create_with(&none, rt, &d, &o), SDPA_STATUS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "options.head_chunks = -1"));
+  /* a version 2 struct: head_chunks is not read (the default) */
+  o.version = 2;
+  o.head_chunks = 99999;
+  ck_assert_int_eq(chunks_with(&d, &o, NULL),
+                   sdpa_hopper_head_chunks(4, (int)d.mask, 0, d.head_dim, 0));
+}
+END_TEST
+
 /* The preprocess grid: 8 elements a lane cover every head_dim_v with a
  * power-of-two lane count that divides a warp, and the blocks cover every
  * (row, head) item with no block left without one. */
@@ -1134,6 +1212,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(tr, dq_writer);
   tcase_add_test(tr, launch_graphs_setting);
   tcase_add_test(tr, launch_order_group);
+  tcase_add_test(tr, head_chunks);
   tcase_add_test(tr, runtime_options);
   tcase_add_test(tr, desc_arch_overrides_runtime);
   suite_add_tcase(s, tr);

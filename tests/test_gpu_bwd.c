@@ -7,7 +7,8 @@
  *   unequal sequences, GQA/MQA, odd and tile-multiple lengths, seqlen 1,
  *   many sequences, many heads, explicit scale), for fp16 and bf16; again
  *   (in part) with dQ by the main kernel, with the table's tiles instead
- *   of the small-grid ones, and with the launch order in groups;
+ *   of the small-grid ones, with the launch order in groups, and with
+ *   the query heads of a kv tile split over blocks;
  * - sweep: >= 200 random descriptors from a fresh, printed seed
  *   (SDPA_TEST_SEED reproduces one; SDPA_TEST_SWEEP_CASES changes the count);
  * - deterministic mode gives bitwise-identical outputs run after run (on
@@ -654,6 +655,20 @@ START_TEST(matrix_launch_groups) {
   sdpa_bwd_plan_options o = options_init();
   o.order_group = 3;
   matrix_with(o, 3, "matrix, launch order in groups of 3 pairs");
+}
+END_TEST
+
+/* Every case with each kv tile's query heads split over blocks
+ * (options.head_chunks: one query head a block, the largest count; the
+ * sm_90a family adds dK / dV in fp32 for the convert kernel to write), and
+ * every other case in chunks of two heads. MHA cases, deterministic ones
+ * and the mma.sync family run as without it. */
+START_TEST(matrix_split_heads) {
+  sdpa_bwd_plan_options o = options_init();
+  o.head_chunks = 65535;
+  matrix_with(o, 1, "matrix, query heads split over blocks, one a block");
+  o.head_chunks = 2;
+  matrix_with(o, 2, "matrix, query heads split over blocks, two a block");
 }
 END_TEST
 
@@ -1500,6 +1515,7 @@ static Suite *gpu_suite(void) {
   tcase_add_test(numerics, matrix_direct_launches);
   tcase_add_test(numerics, matrix_table_tiles);
   tcase_add_test(numerics, matrix_launch_groups);
+  tcase_add_test(numerics, matrix_split_heads);
   tcase_add_test(numerics, random_sweep);
   suite_add_tcase(s, numerics);
   /* its own case: CK_RUN_CASE=deterministic runs it alone (sanitizers) */

@@ -268,7 +268,7 @@ class BwdPlanOptions(Struct):
     """sdpa_bwd_plan_options: tuning and testing choices beyond the
     descriptor (SDPA_BWD_PLAN_OPTIONS_INIT: all zero, "the runtime's
     default", but version)."""
-    _version_ = 2
+    _version_ = 3
     _fields_ = [
         ("version", ctypes.c_uint),
         ("family", c_enum),
@@ -281,6 +281,8 @@ class BwdPlanOptions(Struct):
         ("config_arch", ctypes.c_int),
         # version 2
         ("any_head_dim", c_enum),
+        # version 3
+        ("head_chunks", ctypes.c_int),
     ]
 
 
