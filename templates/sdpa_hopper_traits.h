@@ -99,15 +99,19 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_persistent_kernel(int head_dim, int layout, in
  * drift apart and read each Q / dO tile (and add to each dQ tile) too far
  * apart in time for L2 (bench/RESULTS.md, GQA causal: L2 and the order of
  * the steps); split, they keep an MHA block's order, for the adds at each
- * block's end. `wanted` > 0 asks for that many (for measurement: the
- * largest divisor of the group up to it); 0 takes the rule. Deterministic
- * plans: 1 (the dK / dV adds would come in any order); so are persistent
- * kernels' (the plan's choice, sdpa_hopper_persistent_kernel). */
-#define SDPA_HOPPER_HEAD_CHUNKS_DEFAULT(group, mask, head_dim) 1
+ * block's end. The rule, measured at GQA 64/8 hd 128 S4k (H100,
+ * bench/HOPPER-NOTES.md): with a mask, up to 4 chunks (causal 410 -> 481
+ * / 495 TFLOP/s; 2: 476 / 480, 8: 467 / 470), where the blocks' spans
+ * differ and drift; without one, 1 (the blocks run in step already: 2
+ * to 8 chunks lost 1-4% to the adds); the wide kernel (above 128), not
+ * measured, 1. `wanted` > 0 asks for that many instead (the largest
+ * divisor of the group up to it). Deterministic plans: 1 (the dK / dV
+ * adds would come in any order); so are persistent kernels' (the plan's
+ * choice, sdpa_hopper_persistent_kernel). */
+#define SDPA_HOPPER_HEAD_CHUNKS_DEFAULT(group, mask, head_dim) \
+  ((mask) != 0 && !sdpa_hopper_wide(head_dim) ? 4 : 1)
 SDPA_HOPPER_TRAIT int sdpa_hopper_head_chunks(int group, int mask, int deterministic,
                                               int head_dim, int wanted) {
-  (void)mask;
-  (void)head_dim;
   if (deterministic || group <= 1) return 1;
   int c = wanted > 0 ? wanted : SDPA_HOPPER_HEAD_CHUNKS_DEFAULT(group, mask, head_dim);
   if (c > group) c = group;

@@ -1033,8 +1033,10 @@ START_TEST(launch_order_group) {
 END_TEST
 
 /* The query heads of a kv tile split over blocks (options.head_chunks,
- * SDPA_JIT_HEAD_CHUNKS; Hopper family, not deterministic): the largest
- * divisor of the group up to the count asked for, the launch parameter
+ * SDPA_JIT_HEAD_CHUNKS; Hopper family, not deterministic; by default up
+ * to 4 where a mask makes the blocks' spans differ, at head dims up to
+ * 128): the largest divisor of the group up to the count asked for, the
+ * launch parameter
  * and grid y follow it, and the workspace grows by the fp32 dK / dV
  * accumulator (rows_kv x heads_kv x (head_dim + head_dim_v) floats); 1
  * (no region) for MHA, deterministic plans, the persistent kernel and
@@ -1060,6 +1062,22 @@ START_TEST(head_chunks) {
   d.head_dim_v = 64;
   d.mask = SDPA_MASK_CAUSAL_TOP_LEFT;
   sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+  /* the rule: up to 4 with a mask (narrow kernel), else 1 */
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 4);
+  d.mask = SDPA_MASK_SLIDING_WINDOW;
+  d.window_left = 100;
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 4);
+  d.mask = SDPA_MASK_NONE;
+  d.window_left = -1;
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 1);
+  d.mask = SDPA_MASK_CAUSAL_TOP_LEFT;
+  d.heads_kv = 4; /* a group of 2 */
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 2);
+  d.heads_kv = 2;
+  d.head_dim = d.head_dim_v = 192; /* the wide kernel: not measured */
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 1);
+  d.head_dim = 128;
+  d.head_dim_v = 64;
   size_t whole = 0, split = 0;
   o.head_chunks = 1;
   ck_assert_int_eq(chunks_with(&d, &o, &whole), 1);
