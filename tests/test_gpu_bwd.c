@@ -661,14 +661,14 @@ END_TEST
 /* Every case with each kv tile's query heads split over blocks
  * (options.head_chunks: one query head a block, the largest count; the
  * sm_90a family adds dK / dV in fp32 for the convert kernel to write), and
- * every other case in chunks of two heads. MHA cases, deterministic ones
- * and the mma.sync family run as without it. */
+ * every other case split in two. MHA cases, deterministic ones and the
+ * mma.sync family run as without it. */
 START_TEST(matrix_split_heads) {
   sdpa_bwd_plan_options o = options_init();
   o.head_chunks = 65535;
   matrix_with(o, 1, "matrix, query heads split over blocks, one a block");
   o.head_chunks = 2;
-  matrix_with(o, 2, "matrix, query heads split over blocks, two a block");
+  matrix_with(o, 2, "matrix, query heads split over two blocks");
 }
 END_TEST
 
