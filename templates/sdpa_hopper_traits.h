@@ -12,7 +12,8 @@
  * after it as for the mma family, sdpa_aux.cuh):
  *   grid   the kernel's tiles: x = sdpa_hopper_grid_x(c, seqlen_kv, batch)
  *          = ceil(seqlen_kv / kv_tile) * batch (THD: seqlen_kv is the
- *          max_s hint), y = heads_kv; a persistent kernel
+ *          max_s hint), y = heads_kv x p.head_chunks
+ *          (sdpa_hopper_head_chunks); a persistent kernel
  *          (sdpa_hopper_persistent_kernel) may instead be launched with
  *          sdpa_hopper_persistent_blocks(tiles, sm_count) blocks in x and
  *          y = 1 (any count from 1 up: block b takes tiles b, b + blocks,
