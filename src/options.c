@@ -9,6 +9,7 @@
  */
 #include "options.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +152,22 @@ static sdpa_status default_error(const sdpa_option_defaults *d, sdpa_option_fiel
   return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT, "%s", d->errors[f]);
 }
 
+/* A count option whose 0 means the runtime's default: `given` outside
+ * [0, most] is an error saying what is `allowed`; 0 takes `fallback` (or
+ * the default's own error, a variable that did not parse). */
+static sdpa_status resolve_count(const sdpa_option_defaults *defaults, sdpa_option_field field,
+                                 const char *name, int given, int most, const char *allowed,
+                                 int fallback, int *out) {
+  if (given < 0 || given > most)
+    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT, "options.%s = %d is not valid: give %s",
+                          name, given, allowed);
+  if (given == 0) {
+    if (defaults->errors[field][0]) return default_error(defaults, field);
+    *out = fallback;
+  }
+  return SDPA_STATUS_SUCCESS;
+}
+
 sdpa_status sdpa_options_resolve(const sdpa_option_defaults *defaults,
                                  const sdpa_bwd_plan_options *given,
                                  sdpa_bwd_plan_options *out) {
@@ -236,31 +253,18 @@ sdpa_status sdpa_options_resolve(const sdpa_option_defaults *defaults,
     }
   }
 
-  if (given->order_group < 0)
-    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
-                          "options.order_group = %d is not valid: give a count of "
-                          "(sequence, kv head) pairs >= 1, or 0 for the default",
-                          given->order_group);
-  if (given->order_group == 0) {
-    if (defaults->errors[SDPA_OPTION_ORDER_GROUP][0])
-      return default_error(defaults, SDPA_OPTION_ORDER_GROUP);
-    out->order_group = def->order_group;
-  }
+  sdpa_status status = resolve_count(
+      defaults, SDPA_OPTION_ORDER_GROUP, "order_group", given->order_group, INT_MAX,
+      "a count of (sequence, kv head) pairs >= 1, or 0 for the default", def->order_group,
+      &out->order_group);
+  if (status) return status;
   if (given->config_arch < 0 || (given->config_arch > 0 && given->config_arch < 80))
     return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
                           "options.config_arch = %d is not valid: give an arch of 80 "
                           "or more, or 0 for the target's",
                           given->config_arch);
   if (given->config_arch == 0) out->config_arch = def->config_arch;
-  if (given->head_chunks < 0 || given->head_chunks > 65535)
-    return sdpa_error_set(SDPA_STATUS_INVALID_ARGUMENT,
-                          "options.head_chunks = %d is not valid: give a count of "
-                          "blocks from 1 to 65535, or 0 for the library's rule",
-                          given->head_chunks);
-  if (given->head_chunks == 0) {
-    if (defaults->errors[SDPA_OPTION_HEAD_CHUNKS][0])
-      return default_error(defaults, SDPA_OPTION_HEAD_CHUNKS);
-    out->head_chunks = def->head_chunks;
-  }
-  return SDPA_STATUS_SUCCESS;
+  return resolve_count(defaults, SDPA_OPTION_HEAD_CHUNKS, "head_chunks", given->head_chunks,
+                       65535, "a count of blocks from 1 to 65535, or 0 for the library's rule",
+                       def->head_chunks, &out->head_chunks);
 }

@@ -604,18 +604,13 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const int counters = plan->fields.fold_dq || d->deterministic;
   const int two = plan->dq_copies > 1;
   /* the query heads of a kv tile split over blocks (Hopper family, dQ by
-   * the convert kernel, one tile a block): dK and dV summed in fp32 */
-  plan->head_chunks =
-      c->family == SDPA_FAMILY_HOPPER && !c->fold_dq &&
-              !sdpa_hopper_persistent_kernel(c->head_dim, (int)c->layout, (int)c->mask,
-                                             c->deterministic)
-          ? sdpa_hopper_head_chunks(d->heads_q / d->heads_kv, (int)d->mask, d->deterministic,
-                                    d->head_dim, plan->options.head_chunks)
-          : 1;
-  if ((int64_t)d->heads_kv * plan->head_chunks > 65535) /* grid y */
-    plan->head_chunks = sdpa_hopper_head_chunks(d->heads_q / d->heads_kv, (int)d->mask,
-                                                d->deterministic, d->head_dim,
-                                                65535 / d->heads_kv);
+   * the convert kernel): dK and dV summed in fp32; grid y at most 65535 */
+  plan->head_chunks = c->family == SDPA_FAMILY_HOPPER && !c->fold_dq
+                          ? sdpa_hopper_head_chunks(d->heads_q / d->heads_kv, d->head_dim,
+                                                    (int)d->layout, (int)d->mask,
+                                                    d->deterministic, plan->options.head_chunks,
+                                                    65535 / d->heads_kv)
+                          : 1;
   const int split = plan->head_chunks > 1;
   const int64_t dkv_accum[] = {plan->rows_kv, d->heads_kv, d->head_dim + d->head_dim_v, 4};
   if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||

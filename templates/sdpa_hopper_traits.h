@@ -105,19 +105,21 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_persistent_kernel(int head_dim, int layout, in
  * / 495 TFLOP/s; 2: 476 / 480, 8: 467 / 470), where the blocks' spans
  * differ and drift; without one, 1 (the blocks run in step already: 2
  * to 8 chunks lost 1-4% to the adds); the wide kernel (above 128), not
- * measured, 1. `wanted` > 0 asks for that many instead (the largest
- * divisor of the group up to it). Deterministic plans: 1 (the dK / dV
- * adds would come in any order); so are persistent kernels' (the plan's
- * choice, sdpa_hopper_persistent_kernel). */
-#define SDPA_HOPPER_HEAD_CHUNKS_DEFAULT(group, mask, head_dim) \
-  ((mask) != 0 && !sdpa_hopper_wide(head_dim) ? 4 : 1)
-SDPA_HOPPER_TRAIT int sdpa_hopper_head_chunks(int group, int mask, int deterministic,
-                                              int head_dim, int wanted) {
-  if (deterministic || group <= 1) return 1;
-  int c = wanted > 0 ? wanted : SDPA_HOPPER_HEAD_CHUNKS_DEFAULT(group, mask, head_dim);
+ * measured, 1. `wanted` > 0 asks for that many instead; either way the
+ * largest divisor of the group up to it and up to `most` (what the grid's
+ * y leaves). Deterministic plans: 1 (the dK / dV adds would come in any
+ * order); so are persistent kernels (sdpa_hopper_persistent_kernel: their
+ * epilogue has no fp32 path). */
+SDPA_HOPPER_TRAIT int sdpa_hopper_head_chunks(int group, int head_dim, int layout, int mask,
+                                              int deterministic, int wanted, int most) {
+  if (deterministic || group <= 1 ||
+      sdpa_hopper_persistent_kernel(head_dim, layout, mask, deterministic))
+    return 1;
+  int c = wanted > 0 ? wanted : mask != 0 && !sdpa_hopper_wide(head_dim) ? 4 : 1;
+  if (c > most) c = most;
   if (c > group) c = group;
   while (c > 1 && group % c) --c;
-  return c < 1 ? 1 : c;
+  return c < 1 ? 1 : c; /* most may be 0 */
 }
 
 /* The largest head dim whose kernel has room for the dQ staging beside

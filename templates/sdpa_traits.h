@@ -186,17 +186,16 @@ SDPA_TRAIT int sdpa_dq_copies(int family, int deterministic, int mask, int head_
   return family == 2 && deterministic && mask == 0 && sdpa_hopper_wide(head_dim) ? 2 : 1;
 }
 
+/* Tiles of `length` rows at `tile` rows a tile. */
+SDPA_TRAIT sdpa_i64 sdpa_tiles(sdpa_i64 length, int tile) {
+  return (length + tile - 1) / tile;
+}
+
 /* Blocks the convert kernel runs past its dQ ones for dK and dV from
  * dkv_accum (sdpa_aux.cuh): 8 columns a thread. */
 SDPA_TRAIT sdpa_i64 sdpa_dkv_convert_blocks(sdpa_i64 rows_kv, int heads_kv, int head_dim,
                                           int head_dim_v) {
-  const sdpa_i64 parts = rows_kv * heads_kv * ((head_dim + head_dim_v) / 8);
-  return (parts + SDPA_AUX_THREADS - 1) / SDPA_AUX_THREADS;
-}
-
-/* Tiles of `length` rows at `tile` rows a tile. */
-SDPA_TRAIT sdpa_i64 sdpa_tiles(sdpa_i64 length, int tile) {
-  return (length + tile - 1) / tile;
+  return sdpa_tiles(rows_kv * heads_kv * ((head_dim + head_dim_v) / 8), SDPA_AUX_THREADS);
 }
 
 /* The main kernel's grid: x = kv tiles x sequences, y = kv heads, one
