@@ -479,6 +479,8 @@ static const case_spec matrix_specs[] = {
     BSHD_CASE("causal_br_sq<skv", 1, 2, 2, 90, 200, 64, 0, BR, 0, 0, 0, PACKED, LP, 0),
     BSHD_CASE("causal_br_sq>skv", 1, 2, 2, 200, 90, 128, 0, BR, 0, 0, 0, PACKED, LP, 0),
     BSHD_CASE("causal_br_hd256", 1, 1, 1, 70, 150, 256, 0, BR, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("gqa_6_2_hd256_br", 1, 6, 2, 130, 150, 256, 0, BR, 0, 0, 0, PACKED, LP, 0),
+    BSHD_CASE("gqa_4_1_hd160_tl", 1, 4, 1, 100, 120, 160, 0, TL, 0, 0, 0, PACKED, LTOK, 0),
     BSHD_CASE("window_64_0", 1, 2, 2, 200, 200, 64, 0, WIN, 64, 0, 0, PACKED, LP, 0),
     BSHD_CASE("window_32_16", 1, 2, 2, 150, 190, 128, 0, WIN, 32, 16, 0, PACKED, LP, 0),
     BSHD_CASE("window_-1_8", 1, 2, 2, 190, 150, 64, 0, WIN, -1, 8, 0, PACKED, LP, 0),
