@@ -104,8 +104,9 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_persistent_kernel(int head_dim, int layout, in
  * bench/HOPPER-NOTES.md): with a mask, up to 4 chunks (causal 410 -> 481
  * / 495 TFLOP/s; 2: 476 / 480, 8: 467 / 470), where the blocks' spans
  * differ and drift; without one, 1 (the blocks run in step already: 2
- * to 8 chunks lost 1-4% to the adds); the wide kernel (above 128), not
- * measured, 1. `wanted` > 0 asks for that many instead; either way the
+ * to 8 chunks lost 1-4% to the adds). The wide kernel the same (GQA 16/2
+ * S8k causal: hd 192 293 -> 414, hd 256 238 -> 392; 2 and 8 chunks at
+ * most as fast as 4; full lost 2-3% split). `wanted` > 0 asks for that many instead; either way the
  * largest divisor of the group up to it and up to `most` (what the grid's
  * y leaves). Deterministic plans: 1 (the dK / dV adds would come in any
  * order); so are persistent kernels (sdpa_hopper_persistent_kernel: their
@@ -115,7 +116,7 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_head_chunks(int group, int head_dim, int layou
   if (deterministic || group <= 1 ||
       sdpa_hopper_persistent_kernel(head_dim, layout, mask, deterministic))
     return 1;
-  int c = wanted > 0 ? wanted : mask != 0 && !sdpa_hopper_wide(head_dim) ? 4 : 1;
+  int c = wanted > 0 ? wanted : mask != 0 ? 4 : 1;
   if (c > most) c = most;
   if (c > group) c = group;
   while (c > 1 && group % c) --c;

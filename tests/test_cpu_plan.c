@@ -1067,7 +1067,7 @@ START_TEST(head_chunks) {
   d.head_dim_v = 64;
   d.mask = SDPA_MASK_CAUSAL_TOP_LEFT;
   sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
-  /* the rule: up to 4 with a mask (narrow kernel), else 1 */
+  /* the rule: up to 4 with a mask, else 1 */
   ck_assert_int_eq(chunks_with(&d, &o, NULL), 4);
   d.mask = SDPA_MASK_SLIDING_WINDOW;
   d.window_left = 100;
@@ -1079,8 +1079,11 @@ START_TEST(head_chunks) {
   d.heads_kv = 4; /* a group of 2 */
   ck_assert_int_eq(chunks_with(&d, &o, NULL), 2);
   d.heads_kv = 2;
-  d.head_dim = d.head_dim_v = 192; /* the wide kernel: not measured */
+  d.head_dim = d.head_dim_v = 192; /* the wide kernel: the same rule */
+  ck_assert_int_eq(chunks_with(&d, &o, NULL), 4);
+  d.mask = SDPA_MASK_NONE;
   ck_assert_int_eq(chunks_with(&d, &o, NULL), 1);
+  d.mask = SDPA_MASK_CAUSAL_TOP_LEFT;
   d.head_dim = 128;
   d.head_dim_v = 64;
   size_t whole = 0, split = 0;
