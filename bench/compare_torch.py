@@ -20,7 +20,7 @@ each implementation's own fp16 tolerance of 2e-3 against float64).
 TFLOP/s = 2 * B * H * Sq * Skv * (3 D + 2 DV) / time (4 * 2.5 * D when
 DV = D), halved for causal; the grid is bench_bwd's (bf16 first), and with
 --more-head-dims head dims 80, 96, 112, 160, 192, 256 and 192/128 at S 4k
-and 8k. Each row names the family that ran (mma or hopper). GQA runs torch with enable_gqa=True, or,
+and 8k, and GQA 16/2 at hd 192 and 256, S 8k. Each row names the family that ran (mma or hopper). GQA runs torch with enable_gqa=True, or,
 where a backend refuses it, with K/V expanded by repeat_interleave (marked
 '*': that backward includes the group sum). THD runs torch's flash on nested
 (jagged) tensors (cuDNN has no nested-tensor path: 'n/a').
@@ -483,6 +483,16 @@ def grid(args):
                                       dtype=dtype, layout="bshd", batch=16384 // s, heads_q=2048 // hd,
                                       heads_kv=2048 // hd, seqlen=s, head_dim=hd, head_dim_v=hdv,
                                       causal=causal, tol=tol))
+        # GQA above head_dim 128 (16 query heads on 2 kv heads, S 8k)
+        for hd in (192, 256):
+            if (args.quick or not args.more_head_dims or (args.hd and hd not in args.hd)
+                    or (args.seq and args.seq != 8192)):
+                continue
+            for causal in (False, True):
+                tag = "causal" if causal else "full"
+                cases.append(dict(name=f"{dtype} gqa16/2 S8k hd{hd} {tag}", dtype=dtype, layout="bshd",
+                                  batch=2, heads_q=16, heads_kv=2, seqlen=8192, head_dim=hd,
+                                  causal=causal, tol=tol))
         if (not args.hd or 128 in args.hd) and not args.seq:
             for causal in (False, True):
                 tag = "causal" if causal else "full"
@@ -505,7 +515,8 @@ def main():
     ap.add_argument("--hd", type=lambda v: [int(x) for x in v.split(",")],
                     help="only the cases of these head dims (comma-separated)")
     ap.add_argument("--more-head-dims", action="store_true",
-                    help="also head dims 80, 96, 112, 160, 192, 256 and 192/128 (S 4k, 8k)")
+                    help="also head dims 80, 96, 112, 160, 192, 256 and 192/128 (S 4k, 8k), "
+                         "and GQA 16/2 at hd 192 and 256 (S 8k)")
     ap.add_argument("--seq", type=int, help="only the BSHD cases of this sequence length")
     ap.add_argument("--memory", choices=["bhsd", "bshd"], default="bhsd",
                     help="memory order of the BSHD cases' tensors")
