@@ -575,13 +575,10 @@ int main(int argc, char **argv) {
       for (int hi = 0; hi < (only_hd ? 1 : 2); hi++)
         for (int causal = 0; causal < 2; causal++) {
           if (only_causal >= 0 && causal != only_causal) continue;
-          char tag[32];
-          if (shape[3] == shape[1])
-            snprintf(tag, sizeof tag, "%sB%d H%d S%d", thd ? "thd " : "", shape[0], shape[1],
-                     shape[2]);
-          else
-            snprintf(tag, sizeof tag, "%sB%d H%d/%d S%d", thd ? "thd " : "", shape[0], shape[1],
-                     shape[3], shape[2]);
+          char heads[16], tag[48]; /* H16, or H16/2 (GQA / MQA) */
+          if (shape[3] == shape[1]) snprintf(heads, sizeof heads, "H%d", shape[1]);
+          else snprintf(heads, sizeof heads, "H%d/%d", shape[1], shape[3]);
+          snprintf(tag, sizeof tag, "%sB%d %s S%d", thd ? "thd " : "", shape[0], heads, shape[2]);
           int lens[MAX_SEQS]; /* THD: B sequences of S, 7S/8, 3S/4, 5S/8, S, ... tokens */
           for (int b = 0; thd && b < shape[0]; b++) lens[b] = shape[2] - (b % 4) * shape[2] / 8;
           count = add_case(cases, count, dtype, thd ? SDPA_LAYOUT_THD : SDPA_LAYOUT_BSHD,

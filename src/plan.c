@@ -582,8 +582,24 @@ static sdpa_status workspace_overflow(const sdpa_bwd_plan *plan) {
                         plan->desc.head_dim);
 }
 
-/* Sizes the workspace of a plan whose desc, config and dQ writer are
- * resolved (the writer decides whether the counters are needed). */
+/* The blocks a kv tile's query heads are split over (Hopper family, dQ
+ * by the convert kernel; sdpa_hopper_head_chunks, grid y at most 65535):
+ * > 1, each adds its dK / dV in fp32 to the workspace's dkv_accum. Read
+ * by size_workspace and plan_launch. */
+static void choose_head_chunks(sdpa_bwd_plan *plan) {
+  const sdpa_bwd_desc *d = &plan->desc;
+  const sdpa_key_fields *c = &plan->fields;
+  plan->head_chunks = c->family == SDPA_FAMILY_HOPPER && !c->fold_dq
+                          ? sdpa_hopper_head_chunks(d->heads_q / d->heads_kv, d->head_dim,
+                                                    (int)d->layout, (int)d->mask,
+                                                    d->deterministic, plan->options.head_chunks,
+                                                    65535 / d->heads_kv)
+                          : 1;
+}
+
+/* Sizes the workspace of a plan whose desc, config, dQ writer and head
+ * chunks are resolved (the writer decides whether the counters are
+ * needed, the chunks whether dkv_accum is). */
 static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
   const sdpa_key_fields *c = &plan->fields;
@@ -603,14 +619,6 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   plan->dq_copies = sdpa_dq_copies(c->family, c->deterministic, c->mask, c->head_dim);
   const int counters = plan->fields.fold_dq || d->deterministic;
   const int two = plan->dq_copies > 1;
-  /* the query heads of a kv tile split over blocks (Hopper family, dQ by
-   * the convert kernel): dK and dV summed in fp32; grid y at most 65535 */
-  plan->head_chunks = c->family == SDPA_FAMILY_HOPPER && !c->fold_dq
-                          ? sdpa_hopper_head_chunks(d->heads_q / d->heads_kv, d->head_dim,
-                                                    (int)d->layout, (int)d->mask,
-                                                    d->deterministic, plan->options.head_chunks,
-                                                    65535 / d->heads_kv)
-                          : 1;
   const int split = plan->head_chunks > 1;
   const int64_t dkv_accum[] = {plan->rows_kv, d->heads_kv, d->head_dim + d->head_dim_v, 4};
   if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||
@@ -769,6 +777,7 @@ static sdpa_status plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
        output_overlaps(&d->dv, d->layout, 1, d->max_total_kv, d->heads_kv, d->head_dim_v));
   f->even = d->layout == SDPA_LAYOUT_BSHD && d->seqlen_q % f->q_tile == 0 &&
             d->seqlen_kv % f->kv_tile == 0;
+  choose_head_chunks(plan);
   if ((status = size_workspace(plan))) goto done;
   if ((status = sdpa_key_build(f, &plan->key))) goto done;
   if ((status = plan_launch(plan))) goto done;

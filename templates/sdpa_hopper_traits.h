@@ -106,9 +106,9 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_persistent_kernel(int head_dim, int layout, in
  * differ and drift; without one, 1 (the blocks run in step already: 2
  * to 8 chunks lost 1-4% to the adds). The wide kernel the same (GQA 16/2
  * S8k causal: hd 192 293 -> 414, hd 256 238 -> 392; 2 and 8 chunks at
- * most as fast as 4; full lost 2-3% split). `wanted` > 0 asks for that many instead; either way the
- * largest divisor of the group up to it and up to `most` (what the grid's
- * y leaves). Deterministic plans: 1 (the dK / dV adds would come in any
+ * most as fast as 4; full lost 2-3% split). `wanted` > 0 asks for that
+ * many instead; either way the largest divisor of the group up to it
+ * and up to `most` (what the grid's y leaves). Deterministic plans: 1 (the dK / dV adds would come in any
  * order); so are persistent kernels (sdpa_hopper_persistent_kernel: their
  * epilogue has no fp32 path). */
 SDPA_HOPPER_TRAIT int sdpa_hopper_head_chunks(int group, int head_dim, int layout, int mask,
