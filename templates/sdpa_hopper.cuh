@@ -103,8 +103,11 @@
 #ifndef SDPA_HOPPER_DQ_BULK
 #define SDPA_HOPPER_DQ_BULK SDPA_HOPPER_DQ_BULK_DEFAULT(SDPA_HEAD_DIM, SDPA_DETERMINISTIC)
 #endif
-/* Above head_dim 128 the wide kernel (sdpa_hopper_wide.cuh). */
-#define HOP_WIDE (SDPA_HEAD_DIM > SDPA_HOPPER_WIDE_ABOVE)
+/* Which kernel the tiles say (sdpa_hopper_choose): the wide one
+ * (sdpa_hopper_wide.cuh) with a 64-row kv tile, the transposed-dQ one
+ * (sdpa_hopper_dqt.cuh) with 32-row query tiles, else the narrow one. */
+#define HOP_WIDE (SDPA_KV_TILE == 64)
+#define HOP_DQT (SDPA_Q_TILE == 32)
 
 /* dS from P in fp32 (1: FlashAttention-2's one rounding; its P stays
  * live across the dP GEMM's wait) or from the P rounded for dV (0). */
@@ -126,7 +129,7 @@ static_assert(HOP_M == HOP_CHOSEN.q_tile && HOP_N == HOP_CHOSEN.kv_tile &&
 static_assert(HOP_N == (HOP_WIDE ? 64 : 64 * SDPA_HOPPER_CONSUMERS) &&
                   SDPA_WARPS == SDPA_HOPPER_WARPS,
               "each consumer warpgroup owns 64 kv rows (the wide kernel: both own the same)");
-static_assert(HOP_M == 128 || HOP_M == 64, "query tile");
+static_assert(HOP_M == 128 || HOP_M == 64 || (HOP_M == 32 && !HOP_WIDE), "query tile");
 static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 
 /* Measurement only (bench_hopper --define; wrong results): 1 leaves out
@@ -316,7 +319,7 @@ static_assert(DQ_WRITERS <= 2 && DQ_WRITERS % DQ_BUFFERS == 0, "dq_full barriers
 /* Arrivals that complete a phase: full = the TMA thread (with its bytes)
  * + the ROW_THREADS threads of the LSE/Delta rows; empty and dq_full =
  * every consumer thread; dq_empty = the writer that read the buffer. */
-#define ROW_THREADS (DQ_WRITER_WARPS ? 32 : 64)
+#define ROW_THREADS (DQ_WRITER_WARPS || HOP_M < 64 ? 32 : 64)
 #define CONSUMER_THREADS (128 * SDPA_HOPPER_CONSUMERS)
 #define FULL_ARRIVALS (1 + ROW_THREADS)
 /* work_empty: the TMA thread, the row threads and every consumer thread */
@@ -470,8 +473,8 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
   }
 }
 
-/* Warps 1 and 2, or warp 1 alone (DQ_WRITER_WARPS): ROW_THREADS
- * threads, one or two rows each. Each step's LSE2 = LSE * log2 e (+inf
+/* Warps 1 and 2, or warp 1 alone (DQ_WRITER_WARPS, or 32-row query
+ * tiles): ROW_THREADS threads, one to four rows each. Each step's LSE2 = LSE * log2 e (+inf
  * for rows past the sequence and rows with no visible key, so that their
  * P is 0) and Delta (0 past the sequence). */
 static_assert(HOP_M % ROW_THREADS == 0, "rows per thread");
@@ -950,6 +953,24 @@ SDPA_DEVICE void dq_out(const Work &w, u32 base, int st, int i0, int h, int rb, 
 }
 
 #if !HOP_WIDE
+/* acc (N columns) += A B: A this thread's fragments of one k16 step, B
+ * the MN-major Q or dO tile from b (its 64-column boxes BOX_Q apart);
+ * above 128 columns (the transposed-dQ kernel's dK) two GEMMs, the
+ * widest wrapper being 128. */
+template <int N>
+SDPA_DEVICE void rs_acc(float (&acc)[N / 2], const u32 (&a)[4], u32 b) {
+  if constexpr (N <= 128) {
+    wgmma_rs<N, 1>(acc, a, gmma_desc(b, BOX_Q, 1024), 1);
+  } else {
+    static_assert(N <= 256, "two GEMMs");
+    wgmma_rs<128, 1>(*reinterpret_cast<float(*)[64]>(&acc[0]), a, gmma_desc(b, BOX_Q, 1024), 1);
+    wgmma_rs<N - 128, 1>(*reinterpret_cast<float(*)[(N - 128) / 2]>(&acc[64]), a,
+                         gmma_desc(b + 2 * BOX_Q, BOX_Q, 1024), 1);
+  }
+}
+
+#include "sdpa_hopper_dqt.cuh" /* dQ^T: dqt_store_ds, dqt_meet_gemm, dqt_stage, dqt_send */
+
 /* acc = A B^T of one step for this consumer's 64 kv rows (S^T = K Q^T
  * from SMEM_K / SMEM_Q, dP^T = V dO^T from SMEM_V / SMEM_DO: rows and
  * tile as given), issued as one commit group. */
@@ -1004,17 +1025,21 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   const int q_off = DQ_SPLIT_M ? 64 * cw : 0, d_off = sdpa_hopper_dq_col0(HOP_CFG, cw);
   const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
   /* this thread's first reduction target: the block of query row q_off +
-   * 16 wi of tile 0, head 0, column d_off */
-  float *const dq_first = p.dq_accum + (dq_block_base(p, w.b, w.q0) + q_off / 16 + wi) * blk_elems +
-                          (d_off / 8) * 128;
+   * 16 wi of tile 0, head 0, column d_off (the transposed-dQ kernel:
+   * block 0, column d_off + 16 wi) */
+  float *const dq_first =
+      p.dq_accum + (dq_block_base(p, w.b, w.q0) + (HOP_DQT ? 0 : q_off / 16 + wi)) * blk_elems +
+      ((d_off + (HOP_DQT ? 16 * wi : 0)) / 8) * 128;
 
   /* Steps: the group's heads h, each head's query tiles it; stage and its
    * phase follow the ring, ds the dS buffer. */
   int h = w.h_first, it = w.it_first, stage = g0 % HOP_STAGES, ds = g0 & 1;
   u32 phase = (g0 / HOP_STAGES) & 1;
   const u32 s_kr = base + SMEM_K + cw * 64 * 128, s_vr = base + SMEM_V + cw * 64 * 128;
-  float dq[NQ / 2];
+  float dq[HOP_DQT ? 1 : NQ / 2];
+  float dqt[HOP_DQT ? NQ / 64 : 1][HOP_M / 2]; /* dQ^T's chunks (sdpa_hopper_dqt.cuh) */
   float *dq_target = nullptr; /* where the staged dQ slice goes (dq_stage) */
+  int dq_blocks = 0;          /* and its 16-row blocks (dqt_stage) */
   if (w.steps > 0) mbar_wait(base + BAR_K, kv_n & 1); /* V: before the first dP^T */
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(3, trace_clock());
 #pragma unroll 1
@@ -1029,8 +1054,12 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     mbar_wait(base + BAR_FULL(stage), phase);
     float s[HOP_M / 2], dp[HOP_M / 2];
     issue_rows<D_STEPS>(s, s_kr, s_q);
-    if (DQ_OUT && st > 0)
-      dq_send<NQ, true>(base, g0 + st - 1, q_off / 16 + wi, d_off, dq_target);
+    if (DQ_OUT && st > 0) {
+      if constexpr (HOP_DQT)
+        dqt_send<NQ>(base, g0 + st - 1, wi, d_off, dq_target, dq_blocks, blk_elems);
+      else
+        dq_send<NQ, true>(base, g0 + st - 1, q_off / 16 + wi, d_off, dq_target);
+    }
     if (st == 0) mbar_wait(base + BAR_V, kv_n & 1);
     issue_rows<DV_STEPS>(dp, s_vr, s_do);
 
@@ -1081,15 +1110,16 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     /* ---- dV += P^T dO (dO MN-major: k = query rows down the tile). */
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < HOP_M / 16; ++kk)
-      wgmma_rs<DV, 1>(acc_dv, pf[kk], gmma_desc(s_do + kk * 2048, BOX_Q, 1024), 1);
+    for (int kk = 0; kk < HOP_M / 16; ++kk) rs_acc<DV>(acc_dv, pf[kk], s_do + kk * 2048);
     wgmma_commit();
 
     /* ---- dS^T to shared memory: rows = kv rows, 64-column boxes of query
      * columns, 128-byte swizzle. stmatrix x4: matrices (rows 0-7, cols
      * 16kk..+7), (rows 8-15, same), (rows 0-7, cols +8), (rows 8-15, +8);
      * lane l addresses row l % 8 of matrix l / 8. */
-    {
+    if constexpr (HOP_DQT) {
+      dqt_store_ds(s_ds, df, cw, wi, lane); /* transposed: [query rows][kv columns] */
+    } else {
       const int mq = lane >> 3, mi = lane & 7;
       const int r = 64 * cw + 16 * wi + mi + 8 * (mq & 1);
 #pragma unroll
@@ -1103,11 +1133,25 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     /* Once dV and dK are done the stage's Q and dO are free, and its LSE
      * and Delta rows: every consumer thread arrives (an arrival releases
      * only its own thread's reads of them). */
-    if constexpr (SDPA_HOPPER_NARROW_DK_LAST) { /* dQ staged while dK runs */
+    if constexpr (HOP_DQT) { /* dQ^T staged while dK runs */
+      dqt_meet_gemm<NQ>(dqt, s_ds, s_k, d_off);
+#pragma unroll
+      for (int kk = 0; kk < HOP_M / 16; ++kk) /* dK += dS^T Q (Q MN-major) */
+        rs_acc<D>(acc_dk, df[kk], s_q + kk * 2048);
+      wgmma_commit();
+      wgmma_wait<1>();
+#pragma unroll
+      for (int c = 0; c < NQ / 64; ++c) reg_fence(dqt[c]);
+      if (DQ_OUT)
+        dq_target = dqt_stage<NQ>(w, base, g0 + st, i0, h, wi, d_off, dqt, dq_first, blk_elems,
+                                  dq_blocks);
+      wgmma_wait<0>();
+      mbar_arrive(base + BAR_EMPTY(stage));
+    } else if constexpr (SDPA_HOPPER_NARROW_DK_LAST) { /* dQ staged while dK runs */
       dq_meet_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
 #pragma unroll
       for (int kk = 0; kk < HOP_M / 16; ++kk) /* dK += dS^T Q (Q MN-major) */
-        wgmma_rs<D, 1>(acc_dk, df[kk], gmma_desc(s_q + kk * 2048, BOX_Q, 1024), 1);
+        rs_acc<D>(acc_dk, df[kk], s_q + kk * 2048);
       wgmma_commit();
       wgmma_wait<1>();
       reg_fence(dq);
@@ -1119,7 +1163,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     } else {
 #pragma unroll
       for (int kk = 0; kk < HOP_M / 16; ++kk) /* dK += dS^T Q (Q MN-major) */
-        wgmma_rs<D, 1>(acc_dk, df[kk], gmma_desc(s_q + kk * 2048, BOX_Q, 1024), 1);
+        rs_acc<D>(acc_dk, df[kk], s_q + kk * 2048);
       wgmma_commit();
       dq_meet_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
       wgmma_wait<1>();
@@ -1136,8 +1180,12 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(4, trace_clock());
   /* every GEMM of the tile has retired: the next tile's K and V may come */
   if (SDPA_HOPPER_PERSIST && w.steps > 0) mbar_arrive(base + BAR_KV_EMPTY);
-  if (DQ_OUT && w.steps > 0)
-    dq_send<NQ, true>(base, g0 + w.steps - 1, q_off / 16 + wi, d_off, dq_target);
+  if (DQ_OUT && w.steps > 0) {
+    if constexpr (HOP_DQT)
+      dqt_send<NQ>(base, g0 + w.steps - 1, wi, d_off, dq_target, dq_blocks, blk_elems);
+    else
+      dq_send<NQ, true>(base, g0 + w.steps - 1, q_off / 16 + wi, d_off, dq_target);
+  }
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
   finish_consumer<D, DV>(p, w, base, acc_dk, acc_dv, row0, 0, 0);
 }
@@ -1233,10 +1281,14 @@ SDPA_DEVICE void consume_tile(const sdpa_kernel_params &p, const Work &w, u32 ba
   else
     consume_wide<1>(p, w, base, smem);
 #else
-  if (DQ_N0 == DQ_N1 || wg == 1)
+  /* uneven dQ splits: each instantiation is one consumer's, its index a
+   * constant */
+  if (DQ_N0 == DQ_N1)
     consume<DQ_N0>(p, w, base, smem, wg - 1, g0, kv_n);
+  else if (wg == 1)
+    consume<DQ_N0>(p, w, base, smem, 0, g0, kv_n);
   else
-    consume<DQ_N1>(p, w, base, smem, wg - 1, g0, kv_n);
+    consume<DQ_N1>(p, w, base, smem, 1, g0, kv_n);
 #endif
 }
 
@@ -1390,7 +1442,7 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
         produce_tiles(maps, w, base, 0);
         if (SDPA_HOPPER_TRACE) trace_mark(7, trace_clock());
       }
-    } else if (warp == 1 || (warp == 2 && !DQ_WRITER_WARPS)) {
+    } else if (warp == 1 || (warp == 2 && ROW_THREADS == 64)) {
       produce_rows(p, *(const Work *)(smem + SMEM_WORK), base, smem, 0);
     } else if (SDPA_DETERMINISTIC &&
                (DQ_WRITER_WARPS ? (threadIdx.x & 31) == 0 : (threadIdx.x & 31) < DQ_WRITERS)) {

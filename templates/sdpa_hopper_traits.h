@@ -62,12 +62,35 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_supported(int head_dim, int head_dim_v) {
          head_dim_v <= head_dim && head_dim <= 256 && (head_dim <= 128 || head_dim_v > 64);
 }
 
-/* Whether the wide kernel runs these head dims (above 128): one 64-row kv
- * tile a CTA whose dK, dV and dQ columns the two consumers split (each
- * computes S^T and dP^T for half of the query columns and shares P^T and
- * dS^T through shared memory). */
+/* Above head_dim 128 one consumer's 64 kv rows of dK and dV and a 64-row
+ * query step's S^T and dP^T no longer fit its registers together. Two
+ * kernels serve those head dims:
+ *
+ * The transposed-dQ kernel (sdpa_hopper_dqt): the narrow kernel's form
+ * (128 kv rows a CTA, 64 a consumer, dK and dV whole in its registers)
+ * with 32 query rows a step, so that S^T and dP^T take 16 registers each;
+ * dQ's GEMM, whose M would be the 32 query rows, runs transposed (dQ^T =
+ * K^T dS^T, M = the head dim, split between the consumers) and its
+ * fragments are transposed back (movmatrix) before the staging. Where
+ * dK and dV fit beside them: head_dim + head_dim_v <= 320 (the DeepSeek
+ * shape, 192 / 128: 160 accumulator registers), head_dim a multiple of 64
+ * (dQ^T's M), not deterministic (its dQ writers take 64-row tiles). Each
+ * step's Q / dO loads and dQ adds serve 128 kv rows instead of the wide
+ * kernel's 64: half the L2 bytes a flop (bench/HOPPER-NOTES.md).
+ *
+ * The wide kernel (sdpa_hopper_wide) elsewhere: one 64-row kv tile a CTA
+ * whose dK, dV and dQ columns the two consumers split (each computes S^T
+ * and dP^T for half of the query columns and shares P^T and dS^T through
+ * shared memory). */
 #define SDPA_HOPPER_WIDE_ABOVE 128
-SDPA_HOPPER_TRAIT int sdpa_hopper_wide(int head_dim) { return head_dim > SDPA_HOPPER_WIDE_ABOVE; }
+#define SDPA_HOPPER_DQT_MAX_DIMS 320
+SDPA_HOPPER_TRAIT int sdpa_hopper_dqt(int head_dim, int head_dim_v, int deterministic) {
+  return head_dim > SDPA_HOPPER_WIDE_ABOVE && head_dim % 64 == 0 &&
+         head_dim + head_dim_v <= SDPA_HOPPER_DQT_MAX_DIMS && !deterministic;
+}
+SDPA_HOPPER_TRAIT int sdpa_hopper_wide(int head_dim, int head_dim_v, int deterministic) {
+  return head_dim > SDPA_HOPPER_WIDE_ABOVE && !sdpa_hopper_dqt(head_dim, head_dim_v, deterministic);
+}
 
 /* Whether a kernel takes its tiles in a loop (a persistent grid, one block
  * an SM): its producer loads the next tile's K, V and first Q / dO stages
@@ -159,23 +182,35 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_dq_descends(int mask, int window_right, int gr
 
 /* The configuration for a key: q tile 128 up to head_dim 64 (the S^T and
  * dP^T accumulators are 64 x 128 per consumer next to at most 64 + 64
- * dK/dV registers), 64 above (up to 128 dK/dV registers); kv tile 128
- * (two consumers of 64 rows), 64 above head_dim 128 (the wide kernel);
- * two Q / dO stages (one where sdpa_hopper_stages says). Tiles hold
- * whole 64-column boxes (a head dim of 96 takes the room of 128). */
+ * dK/dV registers), 64 above (up to 128 dK/dV registers), 32 for the
+ * transposed-dQ kernel (up to 160); kv tile 128 (two consumers of 64
+ * rows), 64 for the wide kernel; two Q / dO stages (one where
+ * sdpa_hopper_stages says). Tiles hold whole 64-column boxes (a head dim
+ * of 96 takes the room of 128). */
 SDPA_HOPPER_TRAIT sdpa_hopper_config sdpa_hopper_choose(int head_dim, int head_dim_v,
                                                          int deterministic) {
   sdpa_hopper_config c = {0, 0, 0, 0, 0, 0};
   c.head_dim = head_dim;
   c.head_dim_v = head_dim_v;
-  c.q_tile = head_dim <= 64 ? 128 : 64;
-  c.kv_tile = sdpa_hopper_wide(head_dim) ? 64 : 64 * SDPA_HOPPER_CONSUMERS;
+  c.q_tile = head_dim <= 64                                         ? 128
+             : sdpa_hopper_dqt(head_dim, head_dim_v, deterministic) ? 32
+                                                                    : 64;
+  c.kv_tile = sdpa_hopper_wide(head_dim, head_dim_v, deterministic) ? 64
+                                                                    : 64 * SDPA_HOPPER_CONSUMERS;
   c.warps = SDPA_HOPPER_WARPS;
   c.stages = sdpa_hopper_stages(head_dim, deterministic);
   return c;
 }
 
 SDPA_HOPPER_TRAIT int sdpa_hopper_threads(sdpa_hopper_config c) { return 32 * c.warps; }
+
+/* Which kernel a configuration runs (sdpa_hopper_choose's tiles say it):
+ * the wide one (a 64-row kv tile), the transposed-dQ one (32-row query
+ * tiles), else the narrow one. */
+SDPA_HOPPER_TRAIT int sdpa_hopper_config_wide(sdpa_hopper_config c) {
+  return c.kv_tile < 64 * SDPA_HOPPER_CONSUMERS;
+}
+SDPA_HOPPER_TRAIT int sdpa_hopper_config_dqt(sdpa_hopper_config c) { return c.q_tile == 32; }
 
 /* 64-column boxes of a row of `cols` 16-bit elements, and the bytes of a
  * [rows x cols] tile stored as boxes of [rows][128 bytes]. */
@@ -249,7 +284,7 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_dq_cols(sdpa_hopper_config c, int consumer) {
 #define SDPA_HOPPER_WIDE_REG_ROOM 224
 SDPA_HOPPER_TRAIT int sdpa_hopper_wide_k_regs(int head_dim, int head_dim_v) {
   const int dk = sdpa_hopper_split(head_dim) / 2; /* dK's share, and dQ's (one split) */
-  return sdpa_hopper_wide(head_dim) && head_dim <= SDPA_HOPPER_STAGING_MAX &&
+  return head_dim > SDPA_HOPPER_WIDE_ABOVE && head_dim <= SDPA_HOPPER_STAGING_MAX &&
          dk + sdpa_hopper_split(head_dim_v) / 2 + (dk > 48 ? dk : 48) + 4 * ((head_dim + 15) / 16) <=
              SDPA_HOPPER_WIDE_REG_ROOM;
 }
@@ -280,13 +315,14 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
   s.dout = s.q + c.stages * sdpa_hopper_tile_bytes(c.q_tile, c.head_dim);
   s.ds = s.dout + c.stages * sdpa_hopper_tile_bytes(c.q_tile, c.head_dim_v);
   s.p = s.ds + 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile);
-  s.dq = s.p + (sdpa_hopper_wide(c.head_dim) ? 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile) : 0);
+  s.dq = s.p + (sdpa_hopper_config_wide(c) ? 2 * sdpa_hopper_tile_bytes(c.kv_tile, c.q_tile) : 0);
+  const int out = c.kv_tile * (sdpa_hopper_out_pitch(c.head_dim) +
+                               sdpa_hopper_out_pitch(c.head_dim_v));
+  if (!persistent && s.dq < s.q + out) /* the epilogue's dK / dV rows from s.q on */
+    s.dq = (s.q + out + 1023) / 1024 * 1024;
   s.lse2 = s.dq + (dq_bulk ? dq_buffers * c.q_tile * c.head_dim * 4 : 0);
-  if (persistent) { /* the epilogue's dK / dV rows from s.ds on */
-    const int out = c.kv_tile * (sdpa_hopper_out_pitch(c.head_dim) +
-                                 sdpa_hopper_out_pitch(c.head_dim_v));
-    if (s.lse2 < s.ds + out) s.lse2 = s.ds + out;
-  }
+  if (persistent && s.lse2 < s.ds + out) /* the epilogue's dK / dV rows from s.ds on */
+    s.lse2 = s.ds + out;
   s.delta = s.lse2 + c.stages * c.q_tile * 4;
   s.bar = s.delta + c.stages * c.q_tile * 4;
   s.work = (s.bar + 8 * SDPA_HOPPER_BARRIERS(c.stages) + 15) / 16 * 16;
@@ -312,7 +348,7 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
  * completion while the consumers fill the other; else 1. */
 SDPA_HOPPER_TRAIT int sdpa_hopper_dq_buffers(sdpa_hopper_config c, int dq_bulk,
                                              int deterministic) {
-  return dq_bulk && deterministic && !sdpa_hopper_wide(c.head_dim) &&
+  return dq_bulk && deterministic && !sdpa_hopper_config_wide(c) &&
                  sdpa_hopper_smem_layout_variant(c, dq_bulk, 2, 0).total <= 232448
              ? 2
              : 1;

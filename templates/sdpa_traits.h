@@ -183,7 +183,9 @@ SDPA_TRAIT sdpa_i64 sdpa_aux_blocks(sdpa_i64 items, int head_dim_v) {
  * elsewhere the second copy's zeroing and reading cost more than the
  * chains gain. */
 SDPA_TRAIT int sdpa_dq_copies(int family, int deterministic, int mask, int head_dim) {
-  return family == 2 && deterministic && mask == 0 && sdpa_hopper_wide(head_dim) ? 2 : 1;
+  /* deterministic keys above 128 run the wide kernel at any head_dim_v */
+  return family == 2 && deterministic && mask == 0 && sdpa_hopper_wide(head_dim, head_dim, 1) ? 2
+                                                                                            : 1;
 }
 
 /* Tiles of `length` rows at `tile` rows a tile. */

@@ -481,6 +481,11 @@ static const case_spec matrix_specs[] = {
     BSHD_CASE("causal_br_hd256", 1, 1, 1, 70, 150, 256, 0, BR, 0, 0, 0, PACKED, LP, 0),
     BSHD_CASE("gqa_6_2_hd256_br", 1, 6, 2, 130, 150, 256, 0, BR, 0, 0, 0, PACKED, LP, 0),
     BSHD_CASE("gqa_4_1_hd160_tl", 1, 4, 1, 100, 120, 160, 0, TL, 0, 0, 0, PACKED, LTOK, 0),
+    /* the transposed-dQ kernel (192 / <= 128): the query-head split, a
+     * last query tile of one 16-row block, head-major strides */
+    BSHD_CASE("gqa_6_2_hd192_hdv128_br", 1, 6, 2, 130, 250, 192, 128, BR, 0, 0, 0, PACKED, LTOK,
+              0),
+    BSHD_CASE("hd192_hdv96_tl", 2, 2, 2, 79, 300, 192, 96, TL, 0, 0, 0, HEADS, LP, 0),
     BSHD_CASE("window_64_0", 1, 2, 2, 200, 200, 64, 0, WIN, 64, 0, 0, PACKED, LP, 0),
     BSHD_CASE("window_32_16", 1, 2, 2, 150, 190, 128, 0, WIN, 32, 16, 0, PACKED, LP, 0),
     BSHD_CASE("window_-1_8", 1, 2, 2, 190, 150, 64, 0, WIN, -1, 8, 0, PACKED, LP, 0),
@@ -551,6 +556,8 @@ static const case_spec matrix_specs[] = {
              LENS(100, 30, 10)),
     THD_CASE("thd_hd192_hdv128", 3, 2, 1, 192, 128, WIN, 16, 16, 0, PADDED, LPAD, 0,
              LENS(40, 90, 0), LENS(100, 30, 10)),
+    THD_CASE("thd_gqa_hd192_hdv128", 7, 4, 2, 192, 128, TL, 0, 0, 0, PACKED, LP, 0, LENS_Q_MIXED,
+             LENS_KV_MIXED),
     THD_EXACT("thd_hd32", 5, 4, 4, 32, 0, NONE, 0, 0, 0, PACKED, LPAD, 0, LENS(128, 64, 1, 0, 200),
              LENS(128, 64, 300, 3, 1)),
     THD_CASE("thd_many", 16, 2, 2, 64, 0, BR, 0, 0, 0, PACKED, LPAD, 0,
