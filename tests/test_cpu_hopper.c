@@ -227,11 +227,15 @@ START_TEST(representative_keys_compile_clean) {
       {SDPA_DTYPE_BF16, 256, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
       {SDPA_DTYPE_FP16, 256, 0, SDPA_LAYOUT_THD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 1, 0},
       {SDPA_DTYPE_BF16, 192, 0, SDPA_LAYOUT_BSHD, SDPA_MASK_SLIDING_WINDOW, 1, 1, 0},
-      {SDPA_DTYPE_BF16, 192, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_TOP_LEFT, 1, 0, 0},
       {SDPA_DTYPE_FP16, 160, 0, SDPA_LAYOUT_THD, SDPA_MASK_NONE, 0, 0, 0},
       {SDPA_DTYPE_BF16, 136, 72, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 1, 0, 0},
       /* K's fragments in registers (192 / 128, 136 / 72 above too), THD */
       {SDPA_DTYPE_FP16, 176, 120, SDPA_LAYOUT_THD, SDPA_MASK_SLIDING_WINDOW, 0, 1, 0},
+      /* the transposed-dQ kernel (192 / <= 128, not deterministic): 32
+       * query rows a step, dQ^T transposed back into the staging */
+      {SDPA_DTYPE_BF16, 192, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_TOP_LEFT, 1, 0, 0},
+      {SDPA_DTYPE_FP16, 192, 96, SDPA_LAYOUT_THD, SDPA_MASK_SLIDING_WINDOW, 0, 1, 0},
+      {SDPA_DTYPE_BF16, 192, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0, 0},
       /* the wide kernel's deterministic keys; above 192 with one Q / dO
        * stage and dQ staged in two parts */
       {SDPA_DTYPE_BF16, 192, 128, SDPA_LAYOUT_BSHD, SDPA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 1},
@@ -294,6 +298,49 @@ START_TEST(wide_kernel_k_fragments_rule) {
 }
 END_TEST
 
+/* The transposed-dQ kernel's rule: head_dim a multiple of 64 above 128
+ * with head_dim + head_dim_v <= 320, not deterministic (192 / 72 .. 128:
+ * 32 query rows, 128 kv rows); the wide kernel (64 x 64) for the other
+ * head dims above 128 and for deterministic plans; the plans' keys say
+ * the tiles. */
+START_TEST(transposed_dq_kernel_rule) {
+  int picked = 0;
+  for (int hd = 8; hd <= 256; hd += 8)
+    for (int hdv = 8; hdv <= hd; hdv += 8)
+      for (int det = 0; det < 2; det++) {
+        if (!sdpa_hopper_supported(hd, hdv)) continue;
+        const sdpa_hopper_config c = sdpa_hopper_choose(hd, hdv, det);
+        const int dqt = hd == 192 && hdv <= 128 && !det;
+        ck_assert_msg(sdpa_hopper_dqt(hd, hdv, det) == dqt, "%d / %d det %d", hd, hdv, det);
+        ck_assert_int_eq(sdpa_hopper_config_dqt(c), dqt);
+        ck_assert_int_eq(sdpa_hopper_config_wide(c), hd > 128 && !dqt);
+        ck_assert_int_eq(c.q_tile, dqt ? 32 : hd <= 64 ? 128 : 64);
+        ck_assert_int_eq(c.kv_tile, hd > 128 && !dqt ? 64 : 128);
+        picked += dqt;
+      }
+  ck_assert_int_eq(picked, 8); /* 192 / 72 .. 128 */
+  sdpa_runtime *rt = sdpa_test_memory_runtime(90);
+  const sdpa_bwd_plan_options hop = hopper_options();
+  static const struct {
+    int hdv, det;
+    const char *tiles;
+  } plans[] = {{128, 0, ";qt=32;kvt=128;"}, {96, 0, ";qt=32;kvt=128;"},
+               {128, 1, ";qt=64;kvt=64;"},  {192, 0, ";qt=64;kvt=64;"}};
+  for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
+    sdpa_bwd_desc d = desc_for(SDPA_DTYPE_BF16, 192, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+    d.head_dim_v = plans[i].hdv;
+    d.deterministic = plans[i].det;
+    sdpa_bwd_plan *plan = NULL;
+    ck_assert_msg(sdpa_bwd_plan_create_with(&plan, rt, &d, &hop) == SDPA_STATUS_SUCCESS, "%s",
+                  sdpa_last_error());
+    ck_assert_msg(strstr(sdpa_bwd_plan_key(plan), plans[i].tiles), "%s: want %s",
+                  sdpa_bwd_plan_key(plan), plans[i].tiles);
+    sdpa_bwd_plan_destroy(plan);
+  }
+  sdpa_runtime_destroy(rt);
+}
+END_TEST
+
 /* Every head-dim pair the family compiles plans with it on sm_90,
  * deterministic or not, every mask and layout, within sm_90's shared
  * memory; one Q / dO stage exactly where deterministic above 192 (the
@@ -336,6 +383,7 @@ static Suite *hopper_suite(void) {
   tcase_set_timeout(tc, 900);
   tcase_add_test(tc, family_choice_and_reasons);
   tcase_add_test(tc, wide_kernel_k_fragments_rule);
+  tcase_add_test(tc, transposed_dq_kernel_rule);
   tcase_add_test(tc, every_head_dim_pair_plans_within_shared_memory);
   tcase_add_test(tc, representative_keys_compile_clean);
   suite_add_tcase(s, tc);
