@@ -153,6 +153,16 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #ifndef SDPA_HOPPER_NARROW_DK_LAST
 #define SDPA_HOPPER_NARROW_DK_LAST 1
 #endif
+/* The transposed-dQ kernel (sdpa_hopper_dqt.cuh): 0 (the default) issues
+ * dK's GEMM after the consumers' meeting, beside dQ^T, and stages dQ^T
+ * while dK runs; 1 issues dK with dV, before the dS store and the
+ * meeting, so that both run while the consumers meet: H100, 192/128 S8k,
+ * full +0.8%, causal +1.6% (two rounds each; results equal to the
+ * mma.sync family's at full size), bench/HOPPER-NOTES.md. A measurement
+ * variant (bench_hopper --define) until the GPU suite has run with it. */
+#ifndef SDPA_HOPPER_DQT_DK_EARLY
+#define SDPA_HOPPER_DQT_DK_EARLY 0
+#endif
 #ifndef SDPA_HOPPER_STAGGER
 #define SDPA_HOPPER_STAGGER 0
 #endif
@@ -1111,6 +1121,10 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HOP_M / 16; ++kk) rs_acc<DV>(acc_dv, pf[kk], s_do + kk * 2048);
+    if constexpr (HOP_DQT && SDPA_HOPPER_DQT_DK_EARLY) { /* dK += dS^T Q with it */
+#pragma unroll
+      for (int kk = 0; kk < HOP_M / 16; ++kk) rs_acc<D>(acc_dk, df[kk], s_q + kk * 2048);
+    }
     wgmma_commit();
 
     /* ---- dS^T to shared memory: rows = kv rows, 64-column boxes of query
@@ -1133,7 +1147,16 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     /* Once dV and dK are done the stage's Q and dO are free, and its LSE
      * and Delta rows: every consumer thread arrives (an arrival releases
      * only its own thread's reads of them). */
-    if constexpr (HOP_DQT) { /* dQ^T staged while dK runs */
+    if constexpr (HOP_DQT && SDPA_HOPPER_DQT_DK_EARLY) { /* dV, dK run under the meeting */
+      dqt_meet_gemm<NQ>(dqt, s_ds, s_k, d_off);
+      wgmma_wait<0>();
+      mbar_arrive(base + BAR_EMPTY(stage));
+#pragma unroll
+      for (int c = 0; c < NQ / 64; ++c) reg_fence(dqt[c]);
+      if (DQ_OUT)
+        dq_target = dqt_stage<NQ>(w, base, g0 + st, i0, h, wi, d_off, dqt, dq_first, blk_elems,
+                                  dq_blocks);
+    } else if constexpr (HOP_DQT) { /* dQ^T staged while dK runs */
       dqt_meet_gemm<NQ>(dqt, s_ds, s_k, d_off);
 #pragma unroll
       for (int kk = 0; kk < HOP_M / 16; ++kk) /* dK += dS^T Q (Q MN-major) */
