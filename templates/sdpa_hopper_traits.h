@@ -227,7 +227,12 @@ SDPA_HOPPER_TRAIT int sdpa_hopper_tile_bytes(int rows, int cols) {
  *   K [N x d], V [N x dv]                 resident, TMA
  *   Q [stages][M x d], dO [stages][M x dv]  TMA ring
  *   dS [2][N x M]  kv rows x query columns, boxes of 64 query columns
+ *                  (the transposed-dQ kernel: [M][N], query rows x kv
+ *                  columns, in the same room)
  *   P  [2][N x M]  the same for P^T (the wide kernel's; empty otherwise)
+ *   (one tile a block: the epilogue stages dK and dV rows from Q on, and
+ *   dq starts past them where Q, dO, dS and P hold fewer bytes: the
+ *   transposed-dQ kernel's 32-row query tiles)
  *   dq   [dq_buffers][q_tile / 16][16 x head_dim] fp32, each 16-row
  *        block in dq_accum's fragment order: the staging of the bulk
  *        reduce-adds of dQ (dq_bulk, the kernel's SDPA_HOPPER_DQ_BULK;
