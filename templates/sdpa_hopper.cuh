@@ -484,9 +484,9 @@ SDPA_DEVICE void produce_tiles(const sdpa_tensor_maps &maps, const Work &w, u32 
 }
 
 /* Warps 1 and 2, or warp 1 alone (DQ_WRITER_WARPS, or 32-row query
- * tiles): ROW_THREADS threads, one to four rows each. Each step's LSE2 = LSE * log2 e (+inf
- * for rows past the sequence and rows with no visible key, so that their
- * P is 0) and Delta (0 past the sequence). */
+ * tiles): ROW_THREADS threads, one or two rows each. Each step's LSE2 =
+ * LSE * log2 e (+inf for rows past the sequence and rows with no visible
+ * key, so that their P is 0) and Delta (0 past the sequence). */
 static_assert(HOP_M % ROW_THREADS == 0, "rows per thread");
 SDPA_DEVICE void produce_rows(const sdpa_kernel_params &p, const Work &w, u32 base,
                               unsigned char *smem, int g0) {
