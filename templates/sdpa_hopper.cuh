@@ -104,10 +104,11 @@
 #define SDPA_HOPPER_DQ_BULK SDPA_HOPPER_DQ_BULK_DEFAULT(SDPA_HEAD_DIM, SDPA_DETERMINISTIC)
 #endif
 /* Which kernel the tiles say (sdpa_hopper_choose): the wide one
- * (sdpa_hopper_wide.cuh) with a 64-row kv tile, the transposed-dQ one
- * (sdpa_hopper_dqt.cuh) with 32-row query tiles, else the narrow one. */
-#define HOP_WIDE (SDPA_KV_TILE == 64)
-#define HOP_DQT (SDPA_Q_TILE == 32)
+ * (sdpa_hopper_wide.cuh) with a 64-row kv tile, a preprocessor test (its
+ * consumers are a file of their own); the transposed-dQ one
+ * (sdpa_hopper_dqt.cuh, HOP_DQT below) with 32-row query tiles; else the
+ * narrow one. */
+#define HOP_WIDE (SDPA_KV_TILE < 64 * SDPA_HOPPER_CONSUMERS) /* sdpa_hopper_config_wide */
 
 /* dS from P in fp32 (1: FlashAttention-2's one rounding; its P stays
  * live across the dP GEMM's wait) or from the P rounded for dV (0). */
@@ -119,6 +120,8 @@
  * head dims: the translation unit's tiles must be those. */
 constexpr sdpa_hopper_config HOP_CFG = {D, DV, HOP_M, HOP_N, SDPA_WARPS, HOP_STAGES};
 constexpr sdpa_hopper_config HOP_CHOSEN = sdpa_hopper_choose(D, DV, SDPA_DETERMINISTIC);
+constexpr bool HOP_DQT = sdpa_hopper_config_dqt(HOP_CFG);
+static_assert(HOP_WIDE == sdpa_hopper_config_wide(HOP_CFG), "the wide kernel's test");
 static_assert(sdpa_hopper_supported(D, DV), "head dims of the sm_90a family");
 #ifndef SDPA_HOPPER_STAGES_VARIANT /* measurement only: bench_hopper --define */
 #define SDPA_HOPPER_STAGES_VARIANT HOP_CHOSEN.stages
@@ -678,11 +681,19 @@ SDPA_DEVICE void exp_probs(float (&s)[COLS / 2], const float *l2s, int t, float 
 /* One 16x16 fragment to shared memory: stmatrix x4, matrices (rows 0-7,
  * cols 0-7), (rows 8-15, same), (rows 0-7, cols 8-15), (rows 8-15, 8-15);
  * lane l gives the address of row l % 8 of matrix l / 8 (x2: the first
- * two matrices, lanes 0-15). */
+ * two matrices, lanes 0-15). TRANS: each matrix transposed, its column
+ * l % 8 at lane l's address (sdpa_hopper_dqt.cuh). */
+template <bool TRANS = false>
 SDPA_DEVICE void stmatrix_x4(u32 addr, const u32 (&f)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-               "r"(f[0]), "r"(f[1]), "r"(f[2]), "r"(f[3])
-               : "memory");
+  if constexpr (TRANS) /* each matrix's columns stored as rows */
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                     addr),
+                 "r"(f[0]), "r"(f[1]), "r"(f[2]), "r"(f[3])
+                 : "memory");
+  else
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                 "r"(f[0]), "r"(f[1]), "r"(f[2]), "r"(f[3])
+                 : "memory");
 }
 SDPA_DEVICE void stmatrix_x2(u32 addr, const u32 (&f)[2]) {
   asm volatile("stmatrix.sync.aligned.m8n8.x2.shared.b16 [%0], {%1, %2};" ::"r"(addr), "r"(f[0]),
@@ -1050,6 +1061,35 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   float dqt[HOP_DQT ? NQ / 64 : 1][HOP_M / 2]; /* dQ^T's chunks (sdpa_hopper_dqt.cuh) */
   float *dq_target = nullptr; /* where the staged dQ slice goes (dq_stage) */
   int dq_blocks = 0;          /* and its 16-row blocks (dqt_stage) */
+  /* The dQ GEMM once both consumers' dS rows are in (one commit group),
+   * its staging and its send: the transposed-dQ kernel's
+   * (sdpa_hopper_dqt.cuh) or the others'. */
+  auto dq_issue = [&](u32 s_ds) {
+    if constexpr (HOP_DQT)
+      dqt_meet_gemm<NQ>(dqt, s_ds, s_k, d_off);
+    else
+      dq_meet_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
+  };
+  auto dq_stage_step = [&](int st, int i0) { /* the GEMM has retired */
+    if constexpr (HOP_DQT) {
+#pragma unroll
+      for (int c = 0; c < NQ / 64; ++c) reg_fence(dqt[c]);
+      if (DQ_OUT)
+        dq_target = dqt_stage<NQ>(w, base, g0 + st, i0, h, wi, d_off, dqt, dq_first, blk_elems,
+                                  dq_blocks);
+    } else {
+      reg_fence(dq);
+      if (DQ_OUT)
+        dq_target = dq_stage<NQ, true>(w, base, g0 + st, i0, h, q_off / 16 + wi, d_off, dq,
+                                       dq_first, blk_elems);
+    }
+  };
+  auto dq_send_step = [&](int st) { /* step st's, staged */
+    if constexpr (HOP_DQT)
+      dqt_send<NQ>(base, g0 + st, wi, d_off, dq_target, dq_blocks, blk_elems);
+    else
+      dq_send<NQ, true>(base, g0 + st, q_off / 16 + wi, d_off, dq_target);
+  };
   if (w.steps > 0) mbar_wait(base + BAR_K, kv_n & 1); /* V: before the first dP^T */
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(3, trace_clock());
 #pragma unroll 1
@@ -1064,12 +1104,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     mbar_wait(base + BAR_FULL(stage), phase);
     float s[HOP_M / 2], dp[HOP_M / 2];
     issue_rows<D_STEPS>(s, s_kr, s_q);
-    if (DQ_OUT && st > 0) {
-      if constexpr (HOP_DQT)
-        dqt_send<NQ>(base, g0 + st - 1, wi, d_off, dq_target, dq_blocks, blk_elems);
-      else
-        dq_send<NQ, true>(base, g0 + st - 1, q_off / 16 + wi, d_off, dq_target);
-    }
+    if (DQ_OUT && st > 0) dq_send_step(st - 1);
     if (st == 0) mbar_wait(base + BAR_V, kv_n & 1);
     issue_rows<DV_STEPS>(dp, s_vr, s_do);
 
@@ -1148,39 +1183,18 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
      * and Delta rows: every consumer thread arrives (an arrival releases
      * only its own thread's reads of them). */
     if constexpr (HOP_DQT && SDPA_HOPPER_DQT_DK_EARLY) { /* dV, dK run under the meeting */
-      dqt_meet_gemm<NQ>(dqt, s_ds, s_k, d_off);
+      dq_issue(s_ds);
       wgmma_wait<0>();
       mbar_arrive(base + BAR_EMPTY(stage));
-#pragma unroll
-      for (int c = 0; c < NQ / 64; ++c) reg_fence(dqt[c]);
-      if (DQ_OUT)
-        dq_target = dqt_stage<NQ>(w, base, g0 + st, i0, h, wi, d_off, dqt, dq_first, blk_elems,
-                                  dq_blocks);
-    } else if constexpr (HOP_DQT) { /* dQ^T staged while dK runs */
-      dqt_meet_gemm<NQ>(dqt, s_ds, s_k, d_off);
+      dq_stage_step(st, i0);
+    } else if constexpr (HOP_DQT || SDPA_HOPPER_NARROW_DK_LAST) { /* dQ staged while dK runs */
+      dq_issue(s_ds);
 #pragma unroll
       for (int kk = 0; kk < HOP_M / 16; ++kk) /* dK += dS^T Q (Q MN-major) */
         rs_acc<D>(acc_dk, df[kk], s_q + kk * 2048);
       wgmma_commit();
       wgmma_wait<1>();
-#pragma unroll
-      for (int c = 0; c < NQ / 64; ++c) reg_fence(dqt[c]);
-      if (DQ_OUT)
-        dq_target = dqt_stage<NQ>(w, base, g0 + st, i0, h, wi, d_off, dqt, dq_first, blk_elems,
-                                  dq_blocks);
-      wgmma_wait<0>();
-      mbar_arrive(base + BAR_EMPTY(stage));
-    } else if constexpr (SDPA_HOPPER_NARROW_DK_LAST) { /* dQ staged while dK runs */
-      dq_meet_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
-#pragma unroll
-      for (int kk = 0; kk < HOP_M / 16; ++kk) /* dK += dS^T Q (Q MN-major) */
-        rs_acc<D>(acc_dk, df[kk], s_q + kk * 2048);
-      wgmma_commit();
-      wgmma_wait<1>();
-      reg_fence(dq);
-      if (DQ_OUT)
-        dq_target = dq_stage<NQ, true>(w, base, g0 + st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
-                                 blk_elems);
+      dq_stage_step(st, i0);
       wgmma_wait<0>();
       mbar_arrive(base + BAR_EMPTY(stage));
     } else {
@@ -1188,14 +1202,11 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
       for (int kk = 0; kk < HOP_M / 16; ++kk) /* dK += dS^T Q (Q MN-major) */
         rs_acc<D>(acc_dk, df[kk], s_q + kk * 2048);
       wgmma_commit();
-      dq_meet_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
+      dq_issue(s_ds);
       wgmma_wait<1>();
       mbar_arrive(base + BAR_EMPTY(stage));
       wgmma_wait<0>();
-      reg_fence(dq);
-      if (DQ_OUT)
-        dq_target = dq_stage<NQ, true>(w, base, g0 + st, i0, h, q_off / 16 + wi, d_off, dq, dq_first,
-                                 blk_elems);
+      dq_stage_step(st, i0);
     }
     advance_ring(stage, phase, ds);
     advance_step(w, it, h);
@@ -1203,12 +1214,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(4, trace_clock());
   /* every GEMM of the tile has retired: the next tile's K and V may come */
   if (SDPA_HOPPER_PERSIST && w.steps > 0) mbar_arrive(base + BAR_KV_EMPTY);
-  if (DQ_OUT && w.steps > 0) {
-    if constexpr (HOP_DQT)
-      dqt_send<NQ>(base, g0 + w.steps - 1, wi, d_off, dq_target, dq_blocks, blk_elems);
-    else
-      dq_send<NQ, true>(base, g0 + w.steps - 1, q_off / 16 + wi, d_off, dq_target);
-  }
+  if (DQ_OUT && w.steps > 0) dq_send_step(w.steps - 1);
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
   finish_consumer<D, DV>(p, w, base, acc_dk, acc_dv, row0, 0, 0);
 }

@@ -34,13 +34,6 @@ static_assert(!HOP_DQT || (HOP_M == 32 && HOP_N == 64 * SDPA_HOPPER_CONSUMERS &&
 static_assert(!HOP_DQT || (2 * BOX_Q <= DS_TILE_BYTES && DQ_N0 % 64 == 0 && DQ_N1 % 64 == 0),
               "the dS tile's two boxes fit its buffer; dQ^T's chunks of 64 rows");
 
-SDPA_DEVICE void stmatrix_x4_trans(u32 addr, const u32 (&f)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
-                   addr),
-               "r"(f[0]), "r"(f[1]), "r"(f[2]), "r"(f[3])
-               : "memory");
-}
-
 /* df[kk]: the A fragments of dS^T, kv rows 64 cw + 16 wi .. + 15, query
  * columns 16 kk .. + 15. stmatrix .trans writes matrix m's columns as
  * rows: lane l addresses query row 16 kk + 8 (m >> 1) + l % 8 of matrix
@@ -52,7 +45,7 @@ SDPA_DEVICE void dqt_store_ds(u32 s_ds, const u32 (&df)[HOP_M / 16][4], int cw, 
 #pragma unroll
   for (int kk = 0; kk < HOP_M / 16; ++kk) {
     const int q = 16 * kk + 8 * (mq >> 1) + mi;
-    stmatrix_x4_trans(s_ds + cw * BOX_Q + q * 128 + ((c8 ^ mi) << 4), df[kk]);
+    stmatrix_x4<true>(s_ds + cw * BOX_Q + q * 128 + ((c8 ^ mi) << 4), df[kk]);
   }
 }
 
@@ -60,7 +53,7 @@ SDPA_DEVICE void dqt_store_ds(u32 s_ds, const u32 (&df)[HOP_M / 16][4], int cw, 
  * 128 kv rows; one commit group once both consumers' dS rows are in
  * (named barrier 1). */
 template <int NQ>
-SDPA_DEVICE void dqt_meet_gemm(float (&dq)[NQ / 64][2 * HOP_M / 4], u32 s_ds, u32 s_k,
+SDPA_DEVICE void dqt_meet_gemm(float (&dq)[NQ / 64][HOP_M / 2], u32 s_ds, u32 s_k,
                                int d_off) {
   named_barrier_sync_unaligned(1, CONSUMER_THREADS);
   wgmma_fence();
@@ -97,7 +90,7 @@ SDPA_DEVICE void transpose_pair(float &a, float &b) {
  * of the step's 16-row blocks hold rows of the sequence. */
 template <int NQ>
 SDPA_DEVICE float *dqt_stage(const Work &w, u32 base, int st, int i0, int h, int wi, int d_off,
-                             float (&dq)[NQ / 64][2 * HOP_M / 4], float *const dq_first,
+                             float (&dq)[NQ / 64][HOP_M / 2], float *const dq_first,
                              sdpa_i64 blk_elems, int &blocks) {
   const int lane = threadIdx.x & 31;
   blocks = SDPA_EVEN ? HOP_M / 16 : min(HOP_M / 16, (w.sq - i0 + 15) / 16);
@@ -134,7 +127,7 @@ SDPA_DEVICE void dqt_send(u32 base, int st, int wi, int d_off, float *const dqa,
 #pragma unroll
       for (int rb = 0; rb < HOP_M / 16; ++rb)
         if (rb < blocks)
-          bulk_reduce_add_f32(dqa + rb * blk_elems + c * 1024,
-                              dq_slice(base, st, rb, d_off + 64 * c + 16 * wi), 1024);
+          bulk_reduce_add_f32(dqa + rb * blk_elems + c * (64 / 8) * 128,
+                              dq_slice(base, st, rb, d_off + 64 * c + 16 * wi), 2 * 128 * 4);
   }
 }
