@@ -316,7 +316,7 @@ static int compile_key(hmodule *m) {
     char name[160], path[512];
     key_name(&m->key, name, sizeof name);
     for (char *p = name; *p; p++)
-      if (*p == ' ' || *p == '=') *p = '_';
+      if (*p == ' ' || *p == '=' || *p == '/') *p = '_';
     snprintf(path, sizeof path, "%s/%s.cubin", cubin_dir, name);
     FILE *f = fopen(path, "wb");
     if (f) {

@@ -166,6 +166,17 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #ifndef SDPA_HOPPER_DQT_DK_EARLY
 #define SDPA_HOPPER_DQT_DK_EARLY 0
 #endif
+/* Where the narrow kernels' main-loop shared-memory descriptors (S^T,
+ * dP^T; the transposed-dQ kernel's dQ^T) are made: 1 in each step from
+ * opaque bases plus constants (gmma_desc_step, sdpa_wgmma.cuh), 0 from
+ * the addresses, where the compiler may hoist them out of the loop (a
+ * register each, spilled where registers are tight); -1 (the default):
+ * 1 in the transposed-dQ kernel, 0 elsewhere until measured there
+ * (bench/HOPPER-NOTES.md). */
+#ifndef SDPA_HOPPER_DESC_STEP
+#define SDPA_HOPPER_DESC_STEP -1
+#endif
+constexpr bool HOP_DESC_STEP = SDPA_HOPPER_DESC_STEP < 0 ? HOP_DQT : SDPA_HOPPER_DESC_STEP != 0;
 #ifndef SDPA_HOPPER_STAGGER
 #define SDPA_HOPPER_STAGGER 0
 #endif
@@ -656,11 +667,21 @@ SDPA_DEVICE void mask_probs(float (&s)[COLS / 2], const Work &w, int row0, int t
  * tile's rows (Q or dO) from address b: S^T = K Q^T and dP^T = V dO^T. */
 template <int N, int STEPS>
 SDPA_DEVICE void rows_gemm(float (&acc)[N / 2], u32 a, u32 b) {
+  if constexpr (HOP_DESC_STEP) {
+    const u64 da = gmma_desc_step(a, 16, 1024), db = gmma_desc_step(b, 16, 1024);
 #pragma unroll
-  for (int kk = 0; kk < STEPS; ++kk) {
-    const int x = kk / 4, c = (kk % 4) * 32;
-    wgmma_ss<N, 0, 0>(acc, gmma_desc(a + x * BOX_KV + c, 16, 1024),
-                      gmma_desc(b + x * BOX_Q + c, 16, 1024), kk > 0);
+    for (int kk = 0; kk < STEPS; ++kk) {
+      const int x = kk / 4, c = (kk % 4) * 32;
+      wgmma_ss<N, 0, 0>(acc, gmma_desc_at(da, x * BOX_KV + c), gmma_desc_at(db, x * BOX_Q + c),
+                        kk > 0);
+    }
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < STEPS; ++kk) {
+      const int x = kk / 4, c = (kk % 4) * 32;
+      wgmma_ss<N, 0, 0>(acc, gmma_desc(a + x * BOX_KV + c, 16, 1024),
+                        gmma_desc(b + x * BOX_Q + c, 16, 1024), kk > 0);
+    }
   }
 }
 
@@ -841,7 +862,7 @@ SDPA_DEVICE void advance_ring(int &stage, u32 &phase, int &buf) {
  * outlive the reads; the adds themselves complete before the kernel
  * does). */
 template <int NK, int NV>
-SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w, u32 base,
+SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w_in, u32 base,
                                  const float (&acc_dk)[NK / 2], const float (&acc_dv)[NV / 2],
                                  int row0, int k_col, int v_col) {
   /* the consumers run different instantiations (the wide kernel, uneven
@@ -851,6 +872,15 @@ SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w, u32
 #endif
   named_barrier_sync_unaligned(1, CONSUMER_THREADS);
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(5, trace_clock());
+#if !SDPA_HOPPER_PERSIST
+  /* the block's one Work slot, addressed anew from base: the generic
+   * pointer the kernel's entry made held a register across the main loop
+   * (spilled where the consumers' registers are tightest) */
+  const Work &w = *(const Work *)shared_generic(base + SMEM_WORK);
+  (void)w_in;
+#else
+  const Work &w = w_in;
+#endif
   if (head_chunks(p) > 1) {
     add_rows<NK>(p, w, acc_dk, p.scale, row0 & ~15, k_col);
     add_rows<NV>(p, w, acc_dv, 1.f, row0 & ~15, D + v_col);
@@ -881,10 +911,17 @@ template <int NQ>
 SDPA_DEVICE void dq_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off, int d_off) {
   const u32 a0 = s_ds + (q_off / 64) * BOX_DS + (q_off % 64) * 2;
   const u32 b0 = s_k + (d_off / 64) * BOX_KV + (d_off % 64) * 2;
+  if constexpr (HOP_DESC_STEP) {
+    const u64 da = gmma_desc_step(a0, BOX_DS, 1024), db = gmma_desc_step(b0, BOX_KV, 1024);
 #pragma unroll
-  for (int kk = 0; kk < HOP_N / 16; ++kk)
-    wgmma_ss<NQ, 1, 1>(dq, gmma_desc(a0 + kk * 2048, BOX_DS, 1024),
-                       gmma_desc(b0 + kk * 2048, BOX_KV, 1024), kk > 0);
+    for (int kk = 0; kk < HOP_N / 16; ++kk)
+      wgmma_ss<NQ, 1, 1>(dq, gmma_desc_at(da, kk * 2048), gmma_desc_at(db, kk * 2048), kk > 0);
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < HOP_N / 16; ++kk)
+      wgmma_ss<NQ, 1, 1>(dq, gmma_desc(a0 + kk * 2048, BOX_DS, 1024),
+                         gmma_desc(b0 + kk * 2048, BOX_KV, 1024), kk > 0);
+  }
 }
 
 /* A consumer warp's dQ piece of step st (query tile from row i0, head h):

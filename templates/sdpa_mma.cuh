@@ -75,6 +75,14 @@ SDPA_DEVICE u32 smem_u32(const void *p) {
   return r;
 }
 
+/* The generic pointer of shared address a, made where it is used (volatile:
+ * not one kept from earlier in registers). */
+SDPA_DEVICE const void *shared_generic(u32 a) {
+  const void *p;
+  asm volatile("cvta.shared.u64 %0, %1;" : "=l"(p) : "l"((unsigned long long)a));
+  return p;
+}
+
 /* ------------------------------------------------------------- cp.async */
 
 /* 16 bytes global -> shared; when !valid the destination is zero-filled

@@ -54,6 +54,17 @@ SDPA_DEVICE u64 gmma_desc(u32 addr, u32 lbo, u32 sbo) {
          ((u64)((sbo >> 4) & 0x3fff) << 32) | (1ull << 62);
 }
 
+/* A descriptor made from an opaque base where it is used: the compiler
+ * can neither hoist it out of a loop (a register held across the loop)
+ * nor fold it into the descriptors made from it. gmma_desc_at: the
+ * descriptor `offset` bytes on (shared addresses end below 2^18, so the
+ * 14-bit field of addr >> 4 does not carry into the next). */
+SDPA_DEVICE u64 gmma_desc_step(u32 addr, u32 lbo, u32 sbo) {
+  asm volatile("" : "+r"(addr));
+  return gmma_desc(addr, lbo, sbo);
+}
+SDPA_DEVICE u64 gmma_desc_at(u64 desc, u32 offset) { return desc + (offset >> 4); }
+
 /* ------------------------------------------------------------------ wgmma */
 
 SDPA_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
