@@ -166,8 +166,9 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #ifndef SDPA_HOPPER_DQT_DK_EARLY
 #define SDPA_HOPPER_DQT_DK_EARLY 0
 #endif
-/* Where the narrow kernels' main-loop shared-memory descriptors (S^T,
- * dP^T; the transposed-dQ kernel's dQ^T) are made: 1 in each step from
+/* Where the main loop's shared-memory descriptors (rows_gemm: S^T, dP^T;
+ * dq_gemm; the wide kernel's wide_acc_gemm; the transposed-dQ kernel's
+ * dQ^T) are made: 1 in each step from
  * opaque bases plus constants (gmma_desc_step, sdpa_wgmma.cuh), 0 from
  * the addresses, where the compiler may hoist them out of the loop (a
  * register each, spilled where registers are tight); -1 (the default):
