@@ -161,8 +161,9 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
  * while dK runs; 1 issues dK with dV, before the dS store and the
  * meeting, so that both run while the consumers meet: H100, 192/128 S8k,
  * full +0.8%, causal +1.6% (two rounds each; results equal to the
- * mma.sync family's at full size), bench/HOPPER-NOTES.md. A measurement
- * variant (bench_hopper --define) until the GPU suite has run with it. */
+ * mma.sync family's at full size); with the step's descriptors
+ * (SDPA_HOPPER_DESC_STEP) full +0.7%, causal -1.6%, one round
+ * (bench/HOPPER-NOTES.md). A measurement variant (bench_hopper --define). */
 #ifndef SDPA_HOPPER_DQT_DK_EARLY
 #define SDPA_HOPPER_DQT_DK_EARLY 0
 #endif
