@@ -167,18 +167,18 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #ifndef SDPA_HOPPER_DQT_DK_EARLY
 #define SDPA_HOPPER_DQT_DK_EARLY 0
 #endif
-/* Where the main loop's shared-memory descriptors (rows_gemm: S^T, dP^T;
+/* How the main loop's shared-memory descriptors (rows_gemm: S^T, dP^T;
  * dq_gemm; the wide kernel's wide_acc_gemm; the transposed-dQ kernel's
- * dQ^T) are made: 1 in each step from
- * opaque bases plus constants (gmma_desc_step, sdpa_wgmma.cuh), 0 from
- * the addresses, where the compiler may hoist them out of the loop (a
- * register each, spilled where registers are tight); -1 (the default):
- * 1 in the transposed-dQ kernel, 0 elsewhere until measured there
- * (bench/HOPPER-NOTES.md). */
+ * dQ^T) are made (SmemDescs): 1 in each step from opaque bases plus
+ * constants, 0 from the addresses, where the compiler may hoist them out
+ * of the loop (a register each, spilled where registers are tight); -1
+ * (the default): 1 in the transposed-dQ kernel, 0 elsewhere until
+ * measured there (bench/HOPPER-NOTES.md). */
 #ifndef SDPA_HOPPER_DESC_STEP
 #define SDPA_HOPPER_DESC_STEP -1
 #endif
 constexpr bool HOP_DESC_STEP = SDPA_HOPPER_DESC_STEP < 0 ? HOP_DQT : SDPA_HOPPER_DESC_STEP != 0;
+template <u32 LBO, u32 SBO> using SmemDescs = gmma_descs<LBO, SBO, HOP_DESC_STEP>;
 #ifndef SDPA_HOPPER_STAGGER
 #define SDPA_HOPPER_STAGGER 0
 #endif
@@ -669,21 +669,11 @@ SDPA_DEVICE void mask_probs(float (&s)[COLS / 2], const Work &w, int row0, int t
  * tile's rows (Q or dO) from address b: S^T = K Q^T and dP^T = V dO^T. */
 template <int N, int STEPS>
 SDPA_DEVICE void rows_gemm(float (&acc)[N / 2], u32 a, u32 b) {
-  if constexpr (HOP_DESC_STEP) {
-    const u64 da = gmma_desc_step(a, 16, 1024), db = gmma_desc_step(b, 16, 1024);
+  const SmemDescs<16, 1024> da(a), db(b);
 #pragma unroll
-    for (int kk = 0; kk < STEPS; ++kk) {
-      const int x = kk / 4, c = (kk % 4) * 32;
-      wgmma_ss<N, 0, 0>(acc, gmma_desc_at(da, x * BOX_KV + c), gmma_desc_at(db, x * BOX_Q + c),
-                        kk > 0);
-    }
-  } else {
-#pragma unroll
-    for (int kk = 0; kk < STEPS; ++kk) {
-      const int x = kk / 4, c = (kk % 4) * 32;
-      wgmma_ss<N, 0, 0>(acc, gmma_desc(a + x * BOX_KV + c, 16, 1024),
-                        gmma_desc(b + x * BOX_Q + c, 16, 1024), kk > 0);
-    }
+  for (int kk = 0; kk < STEPS; ++kk) {
+    const int x = kk / 4, c = (kk % 4) * 32;
+    wgmma_ss<N, 0, 0>(acc, da.at(x * BOX_KV, c), db.at(x * BOX_Q, c), kk > 0);
   }
 }
 
@@ -911,19 +901,11 @@ SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w_in, 
  * K[all kv, d_off..d_off + NQ). */
 template <int NQ>
 SDPA_DEVICE void dq_gemm(float (&dq)[NQ / 2], u32 s_ds, u32 s_k, int q_off, int d_off) {
-  const u32 a0 = s_ds + (q_off / 64) * BOX_DS + (q_off % 64) * 2;
-  const u32 b0 = s_k + (d_off / 64) * BOX_KV + (d_off % 64) * 2;
-  if constexpr (HOP_DESC_STEP) {
-    const u64 da = gmma_desc_step(a0, BOX_DS, 1024), db = gmma_desc_step(b0, BOX_KV, 1024);
+  const SmemDescs<BOX_DS, 1024> da(s_ds + (q_off / 64) * BOX_DS + (q_off % 64) * 2);
+  const SmemDescs<BOX_KV, 1024> db(s_k + (d_off / 64) * BOX_KV + (d_off % 64) * 2);
 #pragma unroll
-    for (int kk = 0; kk < HOP_N / 16; ++kk)
-      wgmma_ss<NQ, 1, 1>(dq, gmma_desc_at(da, kk * 2048), gmma_desc_at(db, kk * 2048), kk > 0);
-  } else {
-#pragma unroll
-    for (int kk = 0; kk < HOP_N / 16; ++kk)
-      wgmma_ss<NQ, 1, 1>(dq, gmma_desc(a0 + kk * 2048, BOX_DS, 1024),
-                         gmma_desc(b0 + kk * 2048, BOX_KV, 1024), kk > 0);
-  }
+  for (int kk = 0; kk < HOP_N / 16; ++kk)
+    wgmma_ss<NQ, 1, 1>(dq, da.at(kk * 2048), db.at(kk * 2048), kk > 0);
 }
 
 /* A consumer warp's dQ piece of step st (query tile from row i0, head h):

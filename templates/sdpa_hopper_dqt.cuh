@@ -59,20 +59,12 @@ SDPA_DEVICE void dqt_meet_gemm(float (&dq)[NQ / 64][HOP_M / 2], u32 s_ds, u32 s_
   wgmma_fence();
 #pragma unroll
   for (int c = 0; c < NQ / 64; ++c) {
-    const u32 a = s_k + (d_off / 64 + c) * BOX_KV;
-    if constexpr (HOP_DESC_STEP) {
-      const u64 da = gmma_desc_step(a, BOX_KV, 1024), db = gmma_desc_step(s_ds, 16, 1024);
+    const SmemDescs<BOX_KV, 1024> da(s_k + (d_off / 64 + c) * BOX_KV);
+    const SmemDescs<16, 1024> db(s_ds);
 #pragma unroll
-      for (int kk = 0; kk < HOP_N / 16; ++kk)
-        wgmma_ss<HOP_M, 1, 0>(dq[c], gmma_desc_at(da, kk * 2048),
-                              gmma_desc_at(db, (kk / 4) * BOX_Q + (kk % 4) * 32), kk > 0);
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < HOP_N / 16; ++kk)
-        wgmma_ss<HOP_M, 1, 0>(dq[c], gmma_desc(a + kk * 2048, BOX_KV, 1024),
-                              gmma_desc(s_ds + (kk / 4) * BOX_Q + (kk % 4) * 32, 16, 1024),
-                              kk > 0);
-    }
+    for (int kk = 0; kk < HOP_N / 16; ++kk)
+      wgmma_ss<HOP_M, 1, 0>(dq[c], da.at(kk * 2048), db.at((kk / 4) * BOX_Q, (kk % 4) * 32),
+                            kk > 0);
   }
   wgmma_commit();
 }

@@ -102,17 +102,10 @@ static_assert(!SDPA_HOPPER_WIDE_SDP_SPLIT || (HOP_M == 64 && DS_TILE_BYTES >= 81
  * consumer's columns (MN-major); one commit group. */
 template <int N>
 SDPA_DEVICE void wide_acc_gemm(float (&acc)[N / 2], u32 a, u32 b) {
-  if constexpr (HOP_DESC_STEP) {
-    const u64 da = gmma_desc_step(a, 16, 1024), db = gmma_desc_step(b, BOX_Q, 1024);
+  const SmemDescs<16, 1024> da(a);
+  const SmemDescs<BOX_Q, 1024> db(b);
 #pragma unroll
-    for (int kk = 0; kk < HOP_M / 16; ++kk)
-      wgmma_ss<N, 0, 1>(acc, gmma_desc_at(da, kk * 32), gmma_desc_at(db, kk * 2048), 1);
-  } else {
-#pragma unroll
-    for (int kk = 0; kk < HOP_M / 16; ++kk)
-      wgmma_ss<N, 0, 1>(acc, gmma_desc(a + kk * 32, 16, 1024),
-                        gmma_desc(b + kk * 2048, BOX_Q, 1024), 1);
-  }
+  for (int kk = 0; kk < HOP_M / 16; ++kk) wgmma_ss<N, 0, 1>(acc, da.at(kk * 32), db.at(kk * 2048), 1);
   wgmma_commit();
 }
 

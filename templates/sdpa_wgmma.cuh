@@ -54,16 +54,31 @@ SDPA_DEVICE u64 gmma_desc(u32 addr, u32 lbo, u32 sbo) {
          ((u64)((sbo >> 4) & 0x3fff) << 32) | (1ull << 62);
 }
 
-/* A descriptor made from an opaque base where it is used: the compiler
- * can neither hoist it out of a loop (a register held across the loop)
- * nor fold it into the descriptors made from it. gmma_desc_at: the
- * descriptor `offset` bytes on (shared addresses end below 2^18, so the
- * 14-bit field of addr >> 4 does not carry into the next). */
-SDPA_DEVICE u64 gmma_desc_step(u32 addr, u32 lbo, u32 sbo) {
-  asm volatile("" : "+r"(addr));
-  return gmma_desc(addr, lbo, sbo);
-}
-SDPA_DEVICE u64 gmma_desc_at(u64 desc, u32 offset) { return desc + (offset >> 4); }
+/* The descriptors of a GEMM's k steps, `offset` bytes past a base
+ * address (lbo, sbo fixed). STEP: made from an opaque base where the GEMM
+ * is issued, each step's as the base's plus offset / 16 (shared addresses
+ * end below 2^18, so the 14-bit field of addr >> 4 does not carry), so
+ * that the compiler can neither hoist them out of a loop (a register each,
+ * held across it) nor fold them; else each from its address. */
+template <u32 LBO, u32 SBO, bool STEP> struct gmma_descs {
+  u32 addr;
+  u64 base = 0;
+  SDPA_DEVICE explicit gmma_descs(u32 a) : addr(a) {
+    if constexpr (STEP) {
+      asm volatile("" : "+r"(addr));
+      base = gmma_desc(addr, LBO, SBO);
+    }
+  }
+  /* offset + more bytes on (in that order from the address: the
+   * expression the compiler schedules best where descriptors are not made
+   * in the step) */
+  SDPA_DEVICE u64 at(u32 offset, u32 more = 0) const {
+    if constexpr (STEP)
+      return base + ((offset + more) >> 4);
+    else
+      return gmma_desc(addr + offset + more, LBO, SBO);
+  }
+};
 
 /* ------------------------------------------------------------------ wgmma */
 
