@@ -106,6 +106,54 @@ int64_t cache_hits_total(hit_table *t) {
   return total;
 }
 
+/* Orders records by hash, then source. */
+static int record_order(const void *a, const void *b) {
+  const hit_record *x = a, *y = b;
+  int c = strcmp(x->hash, y->hash);
+  if (c) return c;
+  return (x->source > y->source) - (x->source < y->source);
+}
+
+int cache_hits_snapshot(hit_table *t, hit_snapshot *out) {
+  out->records = NULL;
+  out->count = 0;
+  pthread_mutex_lock(&t->lock);
+  size_t count = 0;
+  for (int b = 0; b < HIT_BUCKETS; b++)
+    for (hit_record *r = t->buckets[b]; r; r = r->next) count++;
+  hit_record *records = count ? malloc(count * sizeof *records) : NULL;
+  if (count && !records) {
+    pthread_mutex_unlock(&t->lock);
+    return -1;
+  }
+  size_t used = 0;
+  for (int b = 0; b < HIT_BUCKETS; b++)
+    for (hit_record *r = t->buckets[b]; r; r = r->next) {
+      records[used] = *r;
+      records[used++].next = NULL;
+    }
+  pthread_mutex_unlock(&t->lock);
+  if (count) qsort(records, count, sizeof *records, record_order);
+  out->records = records;
+  out->count = count;
+  return 0;
+}
+
+void cache_hits_snapshot_free(hit_snapshot *s) {
+  free(s->records);
+  s->records = NULL;
+  s->count = 0;
+}
+
+const hit_record *cache_hits_find(const hit_snapshot *s, const char *hash,
+                                  sdpa_source source) {
+  if (!s->count || strlen(hash) != 32) return NULL;
+  hit_record probe;
+  memcpy(probe.hash, hash, 33);
+  probe.source = source;
+  return bsearch(&probe, s->records, s->count, sizeof probe, record_order);
+}
+
 int cache_hits_write(hit_table *t, sqlite3 *db) {
   sqlite3_stmt *stmt = NULL;
   int rc = SQLITE_OK;

@@ -104,9 +104,10 @@ void sdpa_cache_free_entries(sdpa_cache_entry *entries, size_t count) {
 }
 
 /* Fills `e` from a row of entry_select, with the pending in-memory hits of
- * that row added. Returns 0, or -1 out of memory (strings then freed). */
+ * its row added: those of `pending` when given (a walk's snapshot), else
+ * the live ones. Returns 0, or -1 out of memory (e cleared). */
 static int entry_from_row(sdpa_cache *cache, sqlite3_stmt *stmt, const cache_layer *layer,
-                          sdpa_cache_entry *e) {
+                          const hit_snapshot *pending, sdpa_cache_entry *e) {
   int oom = 0, col = ENTRY_FIXED;
   memset(e, 0, sizeof *e);
   const char *hash = (const char *)sqlite3_column_text(stmt, 0);
@@ -129,9 +130,16 @@ static int entry_from_row(sdpa_cache *cache, sqlite3_stmt *stmt, const cache_lay
     memset(e, 0, sizeof *e);
     return -1;
   }
-  cache_hit_pending(&cache->hits, e->key_hash,
-                    layer->shipped ? SDPA_SOURCE_SHIPPED : SDPA_SOURCE_DISK, &e->hits,
-                    &e->last_used);
+  const sdpa_source source = layer->shipped ? SDPA_SOURCE_SHIPPED : SDPA_SOURCE_DISK;
+  if (!pending) {
+    cache_hit_pending(&cache->hits, e->key_hash, source, &e->hits, &e->last_used);
+    return 0;
+  }
+  const hit_record *r = cache_hits_find(pending, e->key_hash, source);
+  if (r) {
+    e->hits = cache_count_add(e->hits, r->hits);
+    if (r->last_used > e->last_used) e->last_used = r->last_used;
+  }
   return 0;
 }
 
@@ -160,64 +168,160 @@ static int open_layer(sdpa_cache *cache, const cache_layer *layer, sqlite3 **db,
   return 1;
 }
 
-/* One layer's cursor of the merged walk. */
-typedef struct cursor {
-  cache_layer *layer;
-  sqlite3 *db;
-  sqlite3_stmt *stmt;
-  int live; /* stmt is on a row */
-} cursor;
+/* Where a row falls in a walk: most recently used first, then newest,
+ * then by hash, then by layer (lookup order: shipped layers first). */
+typedef struct walk_place {
+  int64_t last_used, created;
+  const char *hash;
+  size_t layer;
+} walk_place;
 
-/* Whether cursor a's row comes before b's: most recently used first, then
- * newest, then by hash, shipped layers first (lower index). */
-static int before(const cursor *a, const cursor *b) {
-  int64_t la = sqlite3_column_int64(a->stmt, 6), lb = sqlite3_column_int64(b->stmt, 6);
-  if (la != lb) return la > lb;
-  int64_t ca = sqlite3_column_int64(a->stmt, 5), cb = sqlite3_column_int64(b->stmt, 5);
-  if (ca != cb) return ca > cb;
-  const char *ha = (const char *)sqlite3_column_text(a->stmt, 0);
-  const char *hb = (const char *)sqlite3_column_text(b->stmt, 0);
-  int c = strcmp(ha ? ha : "", hb ? hb : "");
-  return c < 0;
+static int place_before(const walk_place *a, const walk_place *b) {
+  if (a->last_used != b->last_used) return a->last_used > b->last_used;
+  if (a->created != b->created) return a->created > b->created;
+  int c = strcmp(a->hash, b->hash);
+  if (c) return c < 0;
+  return a->layer < b->layer;
 }
 
-/* Steps cursor `c`. Returns SQLITE_OK (row or end) or an error code. */
-static int advance(cursor *c) {
-  int rc = sqlite3_step(c->stmt);
+/* One layer's cursor of the merged walk. Its connection holds one read
+ * transaction for the walk, so its two statements see the same rows. */
+typedef struct cursor {
+  cache_layer *layer;
+  sdpa_source source;
+  sqlite3 *db;
+  sqlite3_stmt *stmt; /* the layer's rows by last_used in the file       */
+  sqlite3_stmt *one;  /* one row by key_hash (the rows moved ahead)      */
+  int live;           /* stmt is on a row                                */
+} cursor;
+
+/* A row whose pending hits are newer than the last_used its file holds:
+ * the walk reports it at its last use, ahead of its place in the file. */
+typedef struct moved_row {
+  walk_place place; /* place.hash points at hash                          */
+  char hash[33];
+} moved_row;
+
+static int moved_order(const void *a, const void *b) {
+  const moved_row *x = a, *y = b;
+  return place_before(&x->place, &y->place) ? -1 : place_before(&y->place, &x->place);
+}
+
+/* Whether the row `stmt` is on has moved ahead (see moved_row). */
+static int row_moved(const hit_snapshot *pending, sqlite3_stmt *stmt, sdpa_source source) {
+  const char *hash = (const char *)sqlite3_column_text(stmt, 0);
+  const hit_record *r = hash ? cache_hits_find(pending, hash, source) : NULL;
+  return r && r->last_used > sqlite3_column_int64(stmt, 6);
+}
+
+/* Steps cursor `c` past the rows that moved ahead. Returns SQLITE_OK (row
+ * or end) or an error code. */
+static int advance(cursor *c, const hit_snapshot *pending) {
+  int rc;
+  while ((rc = sqlite3_step(c->stmt)) == SQLITE_ROW && row_moved(pending, c->stmt, c->source)) {
+  }
   c->live = rc == SQLITE_ROW;
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+/* Opens layer `index`'s cursor: its read transaction, its statements, and
+ * the rows of it that moved ahead, appended to *moved. Returns an SQLite
+ * code (SQLITE_NOMEM when *moved cannot grow). */
+static int open_cursor(cursor *c, size_t index, const hit_snapshot *pending,
+                       moved_row **moved, size_t *moved_count) {
+  char *select = entry_select(c->db), *all = NULL, *one = NULL;
+  int rc = select ? SQLITE_OK : SQLITE_NOMEM;
+  if (rc == SQLITE_OK &&
+      (asprintf(&all, "%s ORDER BY last_used DESC, created DESC, key_hash", select) < 0 ||
+       asprintf(&one, "%s WHERE key_hash = ?1", select) < 0))
+    rc = SQLITE_NOMEM;
+  if (rc == SQLITE_OK) rc = sqlite3_exec(c->db, "BEGIN", NULL, NULL, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_prepare_v2(c->db, all, -1, &c->stmt, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_prepare_v2(c->db, one, -1, &c->one, NULL);
+  for (size_t i = 0; i < pending->count && rc == SQLITE_OK; i++) {
+    const hit_record *r = &pending->records[i];
+    if (r->source != c->source) continue;
+    sqlite3_bind_text(c->one, 1, r->hash, -1, SQLITE_STATIC);
+    rc = sqlite3_step(c->one);
+    if (rc == SQLITE_ROW && r->last_used > sqlite3_column_int64(c->one, 6)) {
+      void *grown = realloc(*moved, (*moved_count + 1) * sizeof **moved);
+      if (!grown) {
+        rc = SQLITE_NOMEM;
+        break;
+      }
+      *moved = grown;
+      moved_row *m = &(*moved)[(*moved_count)++];
+      memcpy(m->hash, r->hash, 33);
+      m->place = (walk_place){r->last_used, sqlite3_column_int64(c->one, 5), NULL, index};
+    }
+    if (rc == SQLITE_ROW || rc == SQLITE_DONE) rc = SQLITE_OK;
+    sqlite3_reset(c->one);
+  }
+  if (rc == SQLITE_OK) rc = advance(c, pending);
+  free(select);
+  free(all);
+  free(one);
+  return rc;
+}
+
+/* The walk of sdpa_cache_foreach_entry: the layers' rows in the order of
+ * walk_place, by the last use each reports. A row's pending hits (counted
+ * in memory since they were last written) can make it more recent than
+ * its file says; those rows, few, are found first and merged in from a
+ * list, the others stream from each layer in the file's order. */
 sdpa_status sdpa_cache_foreach_entry(sdpa_cache *cache, sdpa_cache_entry_fn fn, void *user) {
   sdpa_status status = SDPA_STATUS_SUCCESS;
   const size_t n = cache_layer_count(cache);
-  cursor *cursors = calloc(n, sizeof *cursors);
-  if (!cursors)
+  hit_snapshot pending;
+  moved_row *moved = NULL;
+  size_t moved_count = 0, next_moved = 0;
+  cursor *cursors = calloc(n ? n : 1, sizeof *cursors);
+  if (!cursors || cache_hits_snapshot(&cache->hits, &pending) != 0) {
+    free(cursors);
     return sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY, "out of host memory listing the cache");
+  }
   for (size_t i = 0; i < n && !status; i++) {
     cursor *c = &cursors[i];
     c->layer = cache_layer_at(cache, i);
+    c->source = c->layer->shipped ? SDPA_SOURCE_SHIPPED : SDPA_SOURCE_DISK;
     int rc;
     if (!open_layer(cache, c->layer, &c->db, &rc)) continue;
-    char *select = rc == SQLITE_OK ? entry_select(c->db) : NULL;
-    char *sql = NULL;
-    if (select && asprintf(&sql, "%s ORDER BY last_used DESC, created DESC, key_hash",
-                           select) < 0)
-      sql = NULL;
-    if (rc == SQLITE_OK)
-      rc = sql ? sqlite3_prepare_v2(c->db, sql, -1, &c->stmt, NULL) : SQLITE_NOMEM;
-    if (rc == SQLITE_OK) rc = advance(c);
-    free(select);
-    free(sql);
+    if (rc == SQLITE_OK) rc = open_cursor(c, i, &pending, &moved, &moved_count);
     if (rc != SQLITE_OK) status = read_error(c->layer, c->db, rc);
   }
+  for (size_t i = 0; i < moved_count; i++) moved[i].place.hash = moved[i].hash;
+  if (moved_count > 1) qsort(moved, moved_count, sizeof *moved, moved_order);
   while (!status) {
     cursor *next = NULL;
-    for (size_t i = 0; i < n; i++)
-      if (cursors[i].live && (!next || before(&cursors[i], next))) next = &cursors[i];
+    walk_place best = {0}, here;
+    for (size_t i = 0; i < n; i++) {
+      if (!cursors[i].live) continue;
+      const char *hash = (const char *)sqlite3_column_text(cursors[i].stmt, 0);
+      here = (walk_place){sqlite3_column_int64(cursors[i].stmt, 6),
+                          sqlite3_column_int64(cursors[i].stmt, 5), hash ? hash : "", i};
+      if (!next || place_before(&here, &best)) next = &cursors[i], best = here;
+    }
+    sqlite3_stmt *row = next ? next->stmt : NULL;
+    if (next_moved < moved_count && (!next || place_before(&moved[next_moved].place, &best))) {
+      next = &cursors[moved[next_moved].place.layer];
+      row = next->one;
+      sqlite3_bind_text(row, 1, moved[next_moved++].hash, -1, SQLITE_TRANSIENT);
+      int rc = sqlite3_step(row);
+      if (rc == SQLITE_DONE) { /* not within one transaction; kept safe */
+        sqlite3_reset(row);
+        continue;
+      }
+      if (rc != SQLITE_ROW) {
+        status = read_error(next->layer, next->db, rc);
+        break;
+      }
+    }
     if (!next) break;
     sdpa_cache_entry entry;
-    if (entry_from_row(cache, next->stmt, next->layer, &entry) != 0) {
+    const int failed = entry_from_row(cache, row, next->layer, &pending, &entry);
+    int rc = SQLITE_OK;
+    if (row == next->one) sqlite3_reset(row);
+    if (failed) {
       status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
                               "out of host memory listing the cache");
       break;
@@ -225,14 +329,17 @@ sdpa_status sdpa_cache_foreach_entry(sdpa_cache *cache, sdpa_cache_entry_fn fn, 
     const int stop = fn(&entry, user);
     entry_strings_free(&entry);
     if (stop) break;
-    int rc = advance(next);
+    if (row == next->stmt) rc = advance(next, &pending);
     if (rc != SQLITE_OK) status = read_error(next->layer, next->db, rc);
   }
   for (size_t i = 0; i < n; i++) {
     sqlite3_finalize(cursors[i].stmt);
-    sqlite3_close_v2(cursors[i].db);
+    sqlite3_finalize(cursors[i].one);
+    sqlite3_close_v2(cursors[i].db); /* ends the read transaction */
   }
   free(cursors);
+  free(moved);
+  cache_hits_snapshot_free(&pending);
   return status;
 }
 
@@ -405,7 +512,7 @@ sdpa_status sdpa_cache_get_entry(sdpa_cache *cache, const char *key, sdpa_cache_
   }
   if (rc == SQLITE_ROW) {
     sdpa_cache_entry *entry = malloc(sizeof *entry);
-    if (!entry || entry_from_row(cache, stmt, layer, entry) != 0) {
+    if (!entry || entry_from_row(cache, stmt, layer, NULL, entry) != 0) {
       free(entry);
       status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
                               "out of host memory reading cache entry %s", hash);

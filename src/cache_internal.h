@@ -228,6 +228,18 @@ void cache_hit_forget(hit_table *t, const char *hash, sdpa_source source);
 void cache_hit_pending(hit_table *t, const char *hash, sdpa_source source,
                        int64_t *hits, int64_t *last_used);
 int64_t cache_hits_total(hit_table *t);
+/* The pending hits at one moment, for a walk that must order rows by the
+ * last use it reports: a copy of the records sorted by (hash, source). */
+typedef struct hit_snapshot {
+  hit_record *records;
+  size_t count;
+} hit_snapshot;
+/* 0, or -1 out of memory (then *out is empty). */
+int cache_hits_snapshot(hit_table *t, hit_snapshot *out);
+void cache_hits_snapshot_free(hit_snapshot *s);
+/* The record of (hash, source) in `s`, or NULL. */
+const hit_record *cache_hits_find(const hit_snapshot *s, const char *hash,
+                                  sdpa_source source);
 /* Writes the pending hits of user rows inside the caller's transaction on
  * `db`; cache_hits_clear_disk drops them once it committed. */
 int cache_hits_write(hit_table *t, sqlite3 *db);

@@ -1059,6 +1059,109 @@ START_TEST(test_shipped_database_first_and_never_written) {
 }
 END_TEST
 
+/* The walk reports rows at their last use, pending hits included, and in
+ * that order: rows hit since their file was written come first, whatever
+ * their place in the file, in the user's database and a shipped one. */
+START_TEST(test_walk_orders_by_pending_hits) {
+  char *dir = sdpa_test_tmpdir("cache");
+  char *shipped = sdpa_test_path(dir, "image/shipped.sqlite");
+  char *user = sdpa_test_path(dir, "user.sqlite");
+  sdpa_test_log counter;
+  sdpa_test_log_init(&counter);
+  sdpa_cache *cache = open_cache(shipped, &counter);
+  store_row(cache, 80, 1000, 180);
+  store_row(cache, 81, 1000, 181);
+  store_row(cache, 82, 1000, 182);
+  sdpa_cache_close(cache);
+  cache = open_cache(user, &counter);
+  store_row(cache, 90, 1000, 190);
+  store_row(cache, 91, 1000, 191);
+  store_row(cache, 92, 1000, 192);
+  store_row(cache, 81, 1000, 281); /* also shipped: lookups take the shipped row */
+  sdpa_cache_close(cache);
+  /* Ages in seconds: the files' order is 92, 81 (user), 82, 81 (shipped),
+   * 90, 91, 80. */
+  const struct { const char *path; unsigned number; int64_t age; } ages[] = {
+      {shipped, 80, 500}, {shipped, 81, 300}, {shipped, 82, 200},
+      {user, 90, 400},    {user, 91, 450},    {user, 92, 50},  {user, 81, 100}};
+  for (size_t i = 0; i < sizeof ages / sizeof ages[0]; i++)
+    set_age(ages[i].path, ages[i].number, ages[i].age);
+
+  const char *layers[] = {shipped};
+  sdpa_cache_config cfg = {0};
+  cfg.path = user;
+  cfg.readonly_paths = layers;
+  cfg.readonly_count = 1;
+  cfg.log = sdpa_test_log_warning;
+  cfg.log_user = &counter;
+  ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
+  const int64_t hit_time = (int64_t)time(NULL);
+  sdpa_source source = SDPA_SOURCE_NONE;
+  ck_assert_int_eq(lookup_row(cache, 80, 1000, 180, &source), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(source, SDPA_SOURCE_SHIPPED);
+  ck_assert_int_eq(lookup_row(cache, 91, 1000, 191, &source), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(source, SDPA_SOURCE_DISK);
+  ck_assert_int_eq(lookup_row(cache, 91, 1000, 191, &source), SDPA_STATUS_SUCCESS);
+
+  sdpa_cache_entry *entries = NULL;
+  size_t count = 0;
+  ck_assert_int_eq(sdpa_cache_list_entries(cache, &entries, &count), SDPA_STATUS_SUCCESS);
+  ck_assert_uint_eq(count, 7);
+  for (size_t i = 1; i < count; i++)
+    ck_assert_int_ge(entries[i - 1].last_used, entries[i].last_used);
+  /* The two rows hit, then the others in the files' order. */
+  char hash[33];
+  int first_two = 0;
+  for (size_t i = 0; i < 2; i++) {
+    ck_assert_int_ge(entries[i].last_used, hit_time);
+    make_hash(hash, 80);
+    if (strcmp(entries[i].key_hash, hash) == 0) {
+      ck_assert_int_eq(entries[i].readonly, 1);
+      ck_assert_int_eq(entries[i].hits, 1);
+      first_two |= 1;
+    }
+    make_hash(hash, 91);
+    if (strcmp(entries[i].key_hash, hash) == 0) {
+      ck_assert_int_eq(entries[i].readonly, 0);
+      ck_assert_int_eq(entries[i].hits, 2);
+      first_two |= 2;
+    }
+  }
+  ck_assert_int_eq(first_two, 3);
+  const struct { unsigned number; int readonly; } rest[] = {
+      {92, 0}, {81, 0}, {82, 1}, {81, 1}, {90, 0}};
+  for (size_t i = 0; i < 5; i++) {
+    make_hash(hash, rest[i].number);
+    ck_assert_str_eq(entries[2 + i].key_hash, hash);
+    ck_assert_int_eq(entries[2 + i].readonly, rest[i].readonly);
+    ck_assert_int_lt(entries[2 + i].last_used, hit_time);
+    ck_assert_int_eq(entries[2 + i].hits, 0);
+  }
+  sdpa_cache_free_entries(entries, count);
+
+  /* After the user's hits are written (close), the same order from the files. */
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(sdpa_cache_list_entries(cache, &entries, &count), SDPA_STATUS_SUCCESS);
+  ck_assert_uint_eq(count, 7);
+  make_hash(hash, 91);
+  ck_assert_str_eq(entries[0].key_hash, hash);
+  ck_assert_int_eq(entries[0].hits, 2);
+  make_hash(hash, 92);
+  ck_assert_str_eq(entries[1].key_hash, hash);
+  make_hash(hash, 80); /* the shipped row's hit was not kept */
+  ck_assert_str_eq(entries[6].key_hash, hash);
+  ck_assert_int_eq(entries[6].hits, 0);
+  sdpa_cache_free_entries(entries, count);
+  sdpa_cache_close(cache);
+  ck_assert_int_eq(counter.warnings, 0);
+  free(shipped);
+  free(user);
+  sdpa_test_rmtree(dir);
+  free(dir);
+}
+END_TEST
+
 /* One of the processes in test_processes_compile_each_key_once: waits for
  * the start signal, then for each shared key takes the key lock, looks the
  * key up, and on a miss "compiles" it (appends a byte to `compiled`,
@@ -1382,6 +1485,7 @@ static Suite *cache_suite(void) {
   tcase_add_test(tc, test_get_entry_by_prefix_and_text);
   tcase_add_test(tc, test_key_lock_excludes_other_process);
   tcase_add_test(tc, test_shipped_database_first_and_never_written);
+  tcase_add_test(tc, test_walk_orders_by_pending_hits);
   tcase_add_test(tc, test_shared_by_threads);
   tcase_add_test(tc, test_processes_compile_each_key_once);
   tcase_add_test(tc, test_remove_and_disabled);
