@@ -32,7 +32,8 @@
  * Without a GPU everything but the last row runs, for --arch (default 90).
  * Options: --arch N, --quick (4 keys), --repeats N (warm processes per
  * key, default 3), --hd D[,D...] (the grid's head dims instead of 64 and
- * 128, at most 8), --csv FILE.
+ * 128, at most 8; D or D/DV for a head_dim_v below it, e.g. 192/128),
+ * --csv FILE.
  */
 #include <ftw.h>
 #include <stdio.h>
@@ -47,7 +48,7 @@
 
 typedef struct jit_key {
   sdpa_dtype dtype;
-  int head_dim;
+  int head_dim, head_dim_v;
   sdpa_mask mask;
   sdpa_layout layout;
 } jit_key;
@@ -71,22 +72,30 @@ static double median(double *x, int n) {
   return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-/* The grid's head dims: 64 and 128, or --hd's list (passed to the warm
- * children in HEAD_DIMS_ENV); returns how many (at most 8). */
+/* The grid's head dims (dims[i], head_dim_v in dims_v[i]): 64 and 128,
+ * or --hd's list of D or D/DV (passed to the warm children in
+ * HEAD_DIMS_ENV); returns how many (at most 8). */
 #define HEAD_DIMS_ENV "SDPA_BENCH_JIT_HEAD_DIMS"
-static int grid_head_dims(int *dims) {
+static int grid_head_dims(int *dims, int *dims_v) {
   const char *e = getenv(HEAD_DIMS_ENV);
   int n = 0;
   for (const char *c = e; c && *c && n < 8;) {
     char *end;
     const long v = strtol(c, &end, 10);
     if (end == c) break;
-    dims[n++] = (int)v;
+    long vv = v;
+    if (*end == '/') {
+      const char *after = end + 1;
+      vv = strtol(after, &end, 10);
+      if (end == after) break;
+    }
+    dims[n] = (int)v;
+    dims_v[n++] = (int)vv;
     c = *end == ',' ? end + 1 : end;
   }
   if (n == 0) {
-    dims[0] = 64;
-    dims[1] = 128;
+    dims[0] = dims_v[0] = 64;
+    dims[1] = dims_v[1] = 128;
     n = 2;
   }
   return n;
@@ -95,8 +104,8 @@ static int grid_head_dims(int *dims) {
 static int grid(jit_key *keys, int quick) {
   int n = 0;
   const sdpa_dtype dtypes[] = {SDPA_DTYPE_BF16, SDPA_DTYPE_FP16};
-  int dims[8];
-  const int dim_count = grid_head_dims(dims);
+  int dims[8], dims_v[8];
+  const int dim_count = grid_head_dims(dims, dims_v);
   const sdpa_mask masks[] = {SDPA_MASK_NONE, SDPA_MASK_CAUSAL_BOTTOM_RIGHT};
   const sdpa_layout layouts[] = {SDPA_LAYOUT_BSHD, SDPA_LAYOUT_THD};
   for (int a = 0; a < 2; a++)
@@ -104,13 +113,18 @@ static int grid(jit_key *keys, int quick) {
       for (int c = 0; c < 2; c++)
         for (int d = 0; d < 2; d++) {
           if (quick && (a != 0 || d != 0)) continue;
-          keys[n++] = (jit_key){dtypes[a], dims[b], masks[c], layouts[d]};
+          keys[n++] = (jit_key){dtypes[a], dims[b], dims_v[b], masks[c], layouts[d]};
         }
   return n;
 }
 
 static void key_name(const jit_key *k, char *text, size_t size) {
-  snprintf(text, size, "%s hd%d %s %s", sdpa_ref_dtype_name(k->dtype), k->head_dim,
+  char hd[24];
+  if (k->head_dim_v != k->head_dim)
+    snprintf(hd, sizeof hd, "hd%d/%d", k->head_dim, k->head_dim_v);
+  else
+    snprintf(hd, sizeof hd, "hd%d", k->head_dim);
+  snprintf(text, size, "%s %s %s %s", sdpa_ref_dtype_name(k->dtype), hd,
            sdpa_ref_mask_name(k->mask), k->layout == SDPA_LAYOUT_THD ? "thd" : "bshd");
 }
 
@@ -123,7 +137,8 @@ static void key_desc(const jit_key *k, sdpa_bwd_desc *d) {
   d->batch = k->layout == SDPA_LAYOUT_THD ? 4 : 2;
   d->heads_q = d->heads_kv = 16;
   d->seqlen_q = d->seqlen_kv = 1024;
-  d->head_dim = d->head_dim_v = k->head_dim;
+  d->head_dim = k->head_dim;
+  d->head_dim_v = k->head_dim_v;
   d->mask = k->mask;
 }
 
@@ -302,7 +317,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else if (!strcmp(argv[i], "--hd") && i + 1 < argc) setenv(HEAD_DIMS_ENV, argv[++i], 1);
     else {
-      printf("usage: bench_jit [--arch N] [--quick] [--repeats N] [--hd D[,D...]] [--csv FILE]\n");
+      printf("usage: bench_jit [--arch N] [--quick] [--repeats N] [--hd D[/DV][,...]] [--csv FILE]\n");
       return !strcmp(argv[i], "--help") ? 0 : 2;
     }
   }
@@ -334,7 +349,7 @@ int main(int argc, char **argv) {
     paths[i][0] = '\0';
     if (!mkdtemp(dirs[i])) {
       dirs[i][0] = '\0';
-      printf("  %-24s cannot make a temporary directory\n", name);
+      printf("  %-30s cannot make a temporary directory\n", name);
       failures++;
       continue;
     }
@@ -350,14 +365,14 @@ int main(int argc, char **argv) {
     if (!st) st = sdpa_bwd_compile(plan, &source);
     double ms = (now_us() - t0) / 1e3;
     if (st) {
-      printf("  %-24s FAILED: %s: %.300s\n", name, sdpa_status_name(st), sdpa_last_error());
+      printf("  %-30s FAILED: %s: %.300s\n", name, sdpa_status_name(st), sdpa_last_error());
       if (plan && st == SDPA_STATUS_COMPILE_FAILED)
         printf("  compile log:\n%.2000s\n", sdpa_bwd_plan_compile_log(plan));
       failures++;
       paths[i][0] = '\0';
     } else {
       cold_ms[cold_count++] = ms;
-      printf("  %-24s %9.1f ms  (%s)  %s\n", name, ms, source_name(source), sdpa_bwd_plan_key(plan));
+      printf("  %-30s %9.1f ms  (%s)  %s\n", name, ms, source_name(source), sdpa_bwd_plan_key(plan));
       if (csv) fprintf(csv, "cold_compile,%s,%.3f,ms\n", name, ms);
     }
     fflush(stdout);
