@@ -1059,6 +1059,19 @@ START_TEST(test_shipped_database_first_and_never_written) {
 }
 END_TEST
 
+/* A walk's first row (sdpa_cache_foreach_entry stops after it). */
+typedef struct first_seen {
+  int calls;
+  char hash[33];
+} first_seen;
+
+static int take_first(const sdpa_cache_entry *entry, void *user) {
+  first_seen *f = user;
+  f->calls++;
+  memcpy(f->hash, entry->key_hash, 33);
+  return 1;
+}
+
 /* The walk reports rows at their last use, pending hits included, and in
  * that order: rows hit since their file was written come first, whatever
  * their place in the file, in the user's database and a shipped one. */
@@ -1138,6 +1151,12 @@ START_TEST(test_walk_orders_by_pending_hits) {
     ck_assert_int_eq(entries[2 + i].hits, 0);
   }
   sdpa_cache_free_entries(entries, count);
+  /* A walk stopped at its first row (a moved one) ends cleanly. */
+  first_seen first = {0, ""};
+  ck_assert_int_eq(sdpa_cache_foreach_entry(cache, take_first, &first), SDPA_STATUS_SUCCESS);
+  ck_assert_int_eq(first.calls, 1);
+  ck_assert(strcmp(first.hash, "00000000000000000000000000000050") == 0 ||
+            strcmp(first.hash, "0000000000000000000000000000005b") == 0);
 
   /* After the user's hits are written (close), the same order from the files. */
   sdpa_cache_close(cache);
