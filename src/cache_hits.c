@@ -84,18 +84,6 @@ void cache_hit_forget(hit_table *t, const char *hash, sdpa_source source) {
   pthread_mutex_unlock(&t->lock);
 }
 
-void cache_hit_pending(hit_table *t, const char *hash, sdpa_source source,
-                       int64_t *hits, int64_t *last_used) {
-  if (strlen(hash) != 32) return;
-  pthread_mutex_lock(&t->lock);
-  hit_record *r = find(t, hash, source);
-  if (r) {
-    *hits = cache_count_add(*hits, r->hits);
-    if (r->last_used > *last_used) *last_used = r->last_used;
-  }
-  pthread_mutex_unlock(&t->lock);
-}
-
 int64_t cache_hits_total(hit_table *t) {
   int64_t total = 0;
   pthread_mutex_lock(&t->lock);

@@ -103,10 +103,10 @@ void sdpa_cache_free_entries(sdpa_cache_entry *entries, size_t count) {
   free(entries);
 }
 
-/* Fills `e` from a row of entry_select, with the pending in-memory hits of
- * its row added: those of `pending` when given (a walk's snapshot), else
- * the live ones. Returns 0, or -1 out of memory (e cleared). */
-static int entry_from_row(sdpa_cache *cache, sqlite3_stmt *stmt, const cache_layer *layer,
+/* Fills `e` from a row of entry_select, with its row's hits in `pending`
+ * (a snapshot of those counted in memory) added. Returns 0, or -1 out of
+ * memory (e cleared). */
+static int entry_from_row(sqlite3_stmt *stmt, const cache_layer *layer,
                           const hit_snapshot *pending, sdpa_cache_entry *e) {
   int oom = 0, col = ENTRY_FIXED;
   memset(e, 0, sizeof *e);
@@ -131,10 +131,6 @@ static int entry_from_row(sdpa_cache *cache, sqlite3_stmt *stmt, const cache_lay
     return -1;
   }
   const sdpa_source source = layer->shipped ? SDPA_SOURCE_SHIPPED : SDPA_SOURCE_DISK;
-  if (!pending) {
-    cache_hit_pending(&cache->hits, e->key_hash, source, &e->hits, &e->last_used);
-    return 0;
-  }
   const hit_record *r = cache_hits_find(pending, e->key_hash, source);
   if (r) {
     e->hits = cache_count_add(e->hits, r->hits);
@@ -318,7 +314,7 @@ sdpa_status sdpa_cache_foreach_entry(sdpa_cache *cache, sdpa_cache_entry_fn fn, 
     }
     if (!next) break;
     sdpa_cache_entry entry;
-    const int failed = entry_from_row(cache, row, next->layer, &pending, &entry);
+    const int failed = entry_from_row(row, next->layer, &pending, &entry);
     int rc = SQLITE_OK;
     if (row == next->one) sqlite3_reset(row);
     if (failed) {
@@ -511,14 +507,17 @@ sdpa_status sdpa_cache_get_entry(sdpa_cache *cache, const char *key, sdpa_cache_
     rc = sqlite3_step(stmt);
   }
   if (rc == SQLITE_ROW) {
+    hit_snapshot pending;
     sdpa_cache_entry *entry = malloc(sizeof *entry);
-    if (!entry || entry_from_row(cache, stmt, layer, NULL, entry) != 0) {
+    const int snapped = cache_hits_snapshot(&cache->hits, &pending) == 0;
+    if (!entry || !snapped || entry_from_row(stmt, layer, &pending, entry) != 0) {
       free(entry);
       status = sdpa_error_set(SDPA_STATUS_OUT_OF_MEMORY,
                               "out of host memory reading cache entry %s", hash);
     } else {
       *out = entry;
     }
+    cache_hits_snapshot_free(&pending);
   } else if (rc == SQLITE_DONE) {
     status = sdpa_error_set(SDPA_STATUS_NOT_FOUND, "cache entry %s was removed meanwhile",
                             hash);

@@ -224,9 +224,6 @@ int cache_hits_init(hit_table *t);
 void cache_hits_destroy(hit_table *t);
 void cache_hit_note(hit_table *t, const char *hash, sdpa_source source);
 void cache_hit_forget(hit_table *t, const char *hash, sdpa_source source);
-/* Adds the pending hits of (hash, source) to *hits and *last_used. */
-void cache_hit_pending(hit_table *t, const char *hash, sdpa_source source,
-                       int64_t *hits, int64_t *last_used);
 int64_t cache_hits_total(hit_table *t);
 /* The pending hits at one moment, for a walk that must order rows by the
  * last use it reports: a copy of the records sorted by (hash, source). */
