@@ -303,7 +303,7 @@ sdpa_status sdpa_cache_foreach_entry(sdpa_cache *cache, sdpa_cache_entry_fn fn, 
       row = next->one;
       sqlite3_bind_text(row, 1, moved[next_moved++].hash, -1, SQLITE_TRANSIENT);
       int rc = sqlite3_step(row);
-      if (rc == SQLITE_DONE) { /* not within one transaction; kept safe */
+      if (rc == SQLITE_DONE) { /* gone: not within the read transaction, skipped if so */
         sqlite3_reset(row);
         continue;
       }
