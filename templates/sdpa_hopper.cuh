@@ -167,6 +167,16 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #ifndef SDPA_HOPPER_DQT_DK_EARLY
 #define SDPA_HOPPER_DQT_DK_EARLY 0
 #endif
+/* The transposed-dQ kernel's consumers: 0 (the default) each in its own
+ * instantiation of consume (dQ^T chunks 2 and 1); 1 both in consume's
+ * two-chunk one, consumer 1 issuing its one chunk's GEMM twice and
+ * dropping the second (a wgmma under a predicate serializes the pipeline,
+ * C7515): the kernel compiles in about two thirds of the time (one
+ * consumer loop instead of two), for +7.7% of the step's tensor work. A
+ * measurement variant (bench/NOTES.md). */
+#ifndef SDPA_HOPPER_DQT_ONE
+#define SDPA_HOPPER_DQT_ONE 0
+#endif
 /* How the main loop's shared-memory descriptors (rows_gemm: S^T, dP^T;
  * dq_gemm; the wide kernel's wide_acc_gemm; the transposed-dQ kernel's
  * dQ^T) are made (SmemDescs): 1 in each step from opaque bases plus
@@ -1065,6 +1075,9 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   const bool kv_partial = !SDPA_EVEN && w.k0 + HOP_N > w.skv;
   const float scale_log2 = p.scale_log2;
   const int q_off = DQ_SPLIT_M ? 64 * cw : 0, d_off = sdpa_hopper_dq_col0(HOP_CFG, cw);
+  /* dQ^T chunks of this consumer's own (HOP_DQT; NQ / 64 but with
+   * SDPA_HOPPER_DQT_ONE) */
+  const int dq_chunks = SDPA_HOPPER_DQT_ONE ? sdpa_hopper_dq_cols(HOP_CFG, cw) / 64 : NQ / 64;
   const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
   /* this thread's first reduction target: the block of query row q_off +
    * 16 wi of tile 0, head 0, column d_off (the transposed-dQ kernel:
@@ -1087,7 +1100,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
    * (sdpa_hopper_dqt.cuh) or the others'. */
   auto dq_issue = [&](u32 s_ds) {
     if constexpr (HOP_DQT)
-      dqt_meet_gemm<NQ>(dqt, s_ds, s_k, d_off);
+      dqt_meet_gemm<NQ>(dqt, s_ds, s_k, d_off, dq_chunks);
     else
       dq_meet_gemm<NQ>(dq, s_ds, s_k, q_off, d_off);
   };
@@ -1097,7 +1110,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
       for (int c = 0; c < NQ / 64; ++c) reg_fence(dqt[c]);
       if (DQ_OUT)
         dq_target = dqt_stage<NQ>(w, base, g0 + st, i0, h, wi, d_off, dqt, dq_first, blk_elems,
-                                  dq_blocks);
+                                  dq_blocks, dq_chunks);
     } else {
       reg_fence(dq);
       if (DQ_OUT)
@@ -1107,7 +1120,7 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   };
   auto dq_send_step = [&](int st) { /* step st's, staged */
     if constexpr (HOP_DQT)
-      dqt_send<NQ>(base, g0 + st, wi, d_off, dq_target, dq_blocks, blk_elems);
+      dqt_send<NQ>(base, g0 + st, wi, d_off, dq_target, dq_blocks, blk_elems, dq_chunks);
     else
       dq_send<NQ, true>(base, g0 + st, q_off / 16 + wi, d_off, dq_target);
   };
@@ -1332,8 +1345,8 @@ SDPA_DEVICE void consume_tile(const sdpa_kernel_params &p, const Work &w, u32 ba
     consume_wide<1>(p, w, base, smem);
 #else
   /* uneven dQ splits: each instantiation is one consumer's, its index a
-   * constant */
-  if (DQ_N0 == DQ_N1)
+   * constant (but SDPA_HOPPER_DQT_ONE) */
+  if (DQ_N0 == DQ_N1 || (HOP_DQT && SDPA_HOPPER_DQT_ONE))
     consume<DQ_N0>(p, w, base, smem, wg - 1, g0, kv_n);
   else if (wg == 1)
     consume<DQ_N0>(p, w, base, smem, 0, g0, kv_n);

@@ -50,16 +50,17 @@ SDPA_DEVICE void dqt_store_ds(u32 s_ds, const u32 (&df)[HOP_M / 16][4], int cw, 
 }
 
 /* dq[c] = dQ^T rows d_off + 64 c .. + 63 (all 32 query columns), k = the
- * 128 kv rows; one commit group once both consumers' dS rows are in
- * (named barrier 1). */
+ * 128 kv rows, for c < chunks (chunks <= c: chunk 0's again, dropped,
+ * SDPA_HOPPER_DQT_ONE); one commit group once both consumers' dS rows are
+ * in (named barrier 1). */
 template <int NQ>
 SDPA_DEVICE void dqt_meet_gemm(float (&dq)[NQ / 64][HOP_M / 2], u32 s_ds, u32 s_k,
-                               int d_off) {
+                               int d_off, int chunks) {
   named_barrier_sync_unaligned(1, CONSUMER_THREADS);
   wgmma_fence();
 #pragma unroll
   for (int c = 0; c < NQ / 64; ++c) {
-    const SmemDescs<BOX_KV, 1024> da(s_k + (d_off / 64 + c) * BOX_KV);
+    const SmemDescs<BOX_KV, 1024> da(s_k + (d_off / 64 + (c < chunks ? c : 0)) * BOX_KV);
     const SmemDescs<16, 1024> db(s_ds);
 #pragma unroll
     for (int kk = 0; kk < HOP_N / 16; ++kk)
@@ -86,20 +87,21 @@ SDPA_DEVICE void transpose_pair(float &a, float &b) {
   b = __uint_as_float(__byte_perm(lo, hi, 0x7632));
 }
 
-/* Step st's dQ^T of this warp, transposed and staged (once the unit has
- * read the previous step's); returns the target of block 0's first chunk
+/* Step st's dQ^T of this warp (its first `chunks`), transposed and staged
+ * (once the unit has read the previous step's); returns the target of block 0's first chunk
  * in dq_accum (query tile from row i0, head h), and in `blocks` how many
  * of the step's 16-row blocks hold rows of the sequence. */
 template <int NQ>
 SDPA_DEVICE float *dqt_stage(const Work &w, u32 base, int st, int i0, int h, int wi, int d_off,
                              float (&dq)[NQ / 64][HOP_M / 2], float *const dq_first,
-                             sdpa_i64 blk_elems, int &blocks) {
+                             sdpa_i64 blk_elems, int &blocks, int chunks) {
   const int lane = threadIdx.x & 31;
   blocks = SDPA_EVEN ? HOP_M / 16 : min(HOP_M / 16, (w.sq - i0 + 15) / 16);
   if (SDPA_HOPPER_ABLATE != 4) bulk_wait_read();
   __syncwarp();
 #pragma unroll
   for (int c = 0; c < NQ / 64; ++c) {
+    if (c >= chunks) break;
 #pragma unroll
     for (int j = 0; j < HOP_M / 8; ++j)
 #pragma unroll
@@ -116,10 +118,10 @@ SDPA_DEVICE float *dqt_stage(const Work &w, u32 base, int st, int i0, int h, int
 }
 
 /* The staged step made visible to the bulk-copy unit and added: per
- * chunk and block, the warp's two fragments (16 columns, 1 KB). */
+ * chunk (the first `chunks`) and block, the warp's two fragments (16 columns, 1 KB). */
 template <int NQ>
 SDPA_DEVICE void dqt_send(u32 base, int st, int wi, int d_off, float *const dqa, int blocks,
-                          sdpa_i64 blk_elems) {
+                          sdpa_i64 blk_elems, int chunks) {
   if (!dqa || SDPA_HOPPER_ABLATE == 3) return;
   fence_proxy_async();
   __syncwarp();
@@ -128,7 +130,7 @@ SDPA_DEVICE void dqt_send(u32 base, int st, int wi, int d_off, float *const dqa,
     for (int c = 0; c < NQ / 64; ++c)
 #pragma unroll
       for (int rb = 0; rb < HOP_M / 16; ++rb)
-        if (rb < blocks)
+        if (rb < blocks && c < chunks)
           bulk_reduce_add_f32(dqa + rb * blk_elems + c * (64 / 8) * 128,
                               dq_slice(base, st, rb, d_off + 64 * c + 16 * wi), 2 * 128 * 4);
   }
