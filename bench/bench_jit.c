@@ -81,16 +81,11 @@ static int grid_head_dims(int *dims, int *dims_v) {
   int n = 0;
   for (const char *c = e; c && *c && n < 8;) {
     char *end;
-    const long v = strtol(c, &end, 10);
+    const long d = strtol(c, &end, 10);
     if (end == c) break;
-    long vv = v;
-    if (*end == '/') {
-      const char *after = end + 1;
-      vv = strtol(after, &end, 10);
-      if (end == after) break;
-    }
-    dims[n] = (int)v;
-    dims_v[n++] = (int)vv;
+    const long dv = *end == '/' ? strtol(end + 1, &end, 10) : d;
+    dims[n] = (int)d;
+    dims_v[n++] = (int)dv;
     c = *end == ',' ? end + 1 : end;
   }
   if (n == 0) {

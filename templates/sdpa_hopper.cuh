@@ -1075,9 +1075,9 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   const bool kv_partial = !SDPA_EVEN && w.k0 + HOP_N > w.skv;
   const float scale_log2 = p.scale_log2;
   const int q_off = DQ_SPLIT_M ? 64 * cw : 0, d_off = sdpa_hopper_dq_col0(HOP_CFG, cw);
-  /* dQ^T chunks of this consumer's own (HOP_DQT; NQ / 64 but with
-   * SDPA_HOPPER_DQT_ONE) */
-  const int dq_chunks = SDPA_HOPPER_DQT_ONE ? sdpa_hopper_dq_cols(HOP_CFG, cw) / 64 : NQ / 64;
+  /* dQ^T chunks of this consumer's own (HOP_DQT: NQ / 64, but for consumer
+   * 1 under SDPA_HOPPER_DQT_ONE) */
+  const int dq_chunks = sdpa_hopper_dq_cols(HOP_CFG, cw) / 64;
   const sdpa_i64 blk_elems = (sdpa_i64)p.heads_q * (D * 16);
   /* this thread's first reduction target: the block of query row q_off +
    * 16 wi of tile 0, head 0, column d_off (the transposed-dQ kernel:

@@ -88,9 +88,10 @@ SDPA_DEVICE void transpose_pair(float &a, float &b) {
 }
 
 /* Step st's dQ^T of this warp (its first `chunks`), transposed and staged
- * (once the unit has read the previous step's); returns the target of block 0's first chunk
- * in dq_accum (query tile from row i0, head h), and in `blocks` how many
- * of the step's 16-row blocks hold rows of the sequence. */
+ * (once the unit has read the previous step's); returns the target of
+ * block 0's first chunk in dq_accum (query tile from row i0, head h), and
+ * in `blocks` how many of the step's 16-row blocks hold rows of the
+ * sequence. */
 template <int NQ>
 SDPA_DEVICE float *dqt_stage(const Work &w, u32 base, int st, int i0, int h, int wi, int d_off,
                              float (&dq)[NQ / 64][HOP_M / 2], float *const dq_first,
@@ -118,7 +119,8 @@ SDPA_DEVICE float *dqt_stage(const Work &w, u32 base, int st, int i0, int h, int
 }
 
 /* The staged step made visible to the bulk-copy unit and added: per
- * chunk (the first `chunks`) and block, the warp's two fragments (16 columns, 1 KB). */
+ * chunk (the first `chunks`) and block, the warp's two fragments (16
+ * columns, 1 KB). */
 template <int NQ>
 SDPA_DEVICE void dqt_send(u32 base, int st, int wi, int d_off, float *const dqa, int blocks,
                           sdpa_i64 blk_elems, int chunks) {

@@ -105,7 +105,8 @@ SDPA_DEVICE void wide_acc_gemm(float (&acc)[N / 2], u32 a, u32 b) {
   const SmemDescs<16, 1024> da(a);
   const SmemDescs<BOX_Q, 1024> db(b);
 #pragma unroll
-  for (int kk = 0; kk < HOP_M / 16; ++kk) wgmma_ss<N, 0, 1>(acc, da.at(kk * 32), db.at(kk * 2048), 1);
+  for (int kk = 0; kk < HOP_M / 16; ++kk)
+    wgmma_ss<N, 0, 1>(acc, da.at(kk * 32), db.at(kk * 2048), 1);
   wgmma_commit();
 }
 

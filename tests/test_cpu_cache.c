@@ -44,6 +44,19 @@ static sdpa_cache *open_cache(const char *path, sdpa_test_log *counter) {
   return cache;
 }
 
+/* The configuration of the user's database `path` over the shipped
+ * databases `layers`, warnings counted in `counter`. */
+static sdpa_cache_config layered_config(const char *path, const char *const *layers, size_t count,
+                                        sdpa_test_log *counter) {
+  sdpa_cache_config cfg = {0};
+  cfg.path = path;
+  cfg.readonly_paths = layers;
+  cfg.readonly_count = count;
+  cfg.log = sdpa_test_log_warning;
+  cfg.log_user = counter;
+  return cfg;
+}
+
 /* A 32-hex-digit key hash made from a number. */
 static void make_hash(char out[33], unsigned number) {
   snprintf(out, 33, "%032x", number);
@@ -978,12 +991,7 @@ START_TEST(test_shipped_database_first_and_never_written) {
   unsigned char *before = sdpa_test_read_file(shipped, &before_size);
 
   const char *layers[] = {missing, shipped, junk};
-  sdpa_cache_config cfg = {0};
-  cfg.path = user;
-  cfg.readonly_paths = layers;
-  cfg.readonly_count = 3;
-  cfg.log = sdpa_test_log_warning;
-  cfg.log_user = &counter;
+  const sdpa_cache_config cfg = layered_config(user, layers, 3, &counter);
   ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
   ck_assert_int_eq(counter.warnings, 2); /* missing and junk skipped */
 
@@ -1101,12 +1109,7 @@ START_TEST(test_walk_orders_by_pending_hits) {
     set_age(ages[i].path, ages[i].number, ages[i].age);
 
   const char *layers[] = {shipped};
-  sdpa_cache_config cfg = {0};
-  cfg.path = user;
-  cfg.readonly_paths = layers;
-  cfg.readonly_count = 1;
-  cfg.log = sdpa_test_log_warning;
-  cfg.log_user = &counter;
+  const sdpa_cache_config cfg = layered_config(user, layers, 1, &counter);
   ck_assert_int_eq(sdpa_cache_open(&cache, &cfg), SDPA_STATUS_SUCCESS);
   const int64_t hit_time = (int64_t)time(NULL);
   sdpa_source source = SDPA_SOURCE_NONE;
