@@ -146,10 +146,6 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 /* Whether the consumers stage and send their dQ at all. */
 #define DQ_OUT (SDPA_HOPPER_ABLATE != 1 && SDPA_HOPPER_ABLATE != 2)
 
-/* The query tiles' rotation between kv tiles (Work.it_first); 0: every
- * kv tile from its first query tile. Measured on the H200 as a variant
- * (bf16 hd 128): 1 gave +1.2 to +1.9% at S 1k-4k without a mask, -2.5 to
- * -4% at S 16k causal; off until the GPU suite has run with it. */
 /* 1 (the default): the narrow kernel issues dQ before dK and stages dQ
  * while dK runs (hd 128: +2%, bench/HOPPER-NOTES.md); 0, for measurement:
  * dK, then dQ, staged after both. */
@@ -172,25 +168,35 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
  * two-chunk one, consumer 1 issuing its one chunk's GEMM twice and
  * dropping the second (a wgmma under a predicate serializes the pipeline,
  * C7515): the kernel compiles in about two thirds of the time (one
- * consumer loop instead of two), for +7.7% of the step's tensor work. A
- * measurement variant (bench/NOTES.md). */
+ * consumer loop instead of two), for +7.7% of the step's tensor work.
+ * H100, bf16 192/128 S8k, 1 against 0: full -4%, causal -6% (two rounds);
+ * a measurement variant (bench/NOTES.md). */
 #ifndef SDPA_HOPPER_DQT_ONE
 #define SDPA_HOPPER_DQT_ONE 0
 #endif
 /* How the main loop's shared-memory descriptors (rows_gemm: S^T, dP^T;
  * dq_gemm; the wide kernel's wide_acc_gemm; the transposed-dQ kernel's
- * dQ^T) are made (SmemDescs): 1 in each step from opaque bases plus
- * constants, 0 from the addresses, where the compiler may hoist them out
- * of the loop (a register each, spilled where registers are tight); -1
- * (the default): 1 in the transposed-dQ kernel, 0 elsewhere until
- * measured there (bench/HOPPER-NOTES.md). */
+ * dQ^T) are made (SmemDescs): 1 (the default) in each step from opaque
+ * bases plus constants; 0, for measurement, from the addresses, where the
+ * compiler may hoist them out of the loop (a register each, spilled where
+ * registers are tight). H100, bf16 BSHD, 1 against 0: +0 to +4% at hd 64
+ * and 128 (S 1k-16k, two rounds), none slower (bench/HOPPER-NOTES.md). */
 #ifndef SDPA_HOPPER_DESC_STEP
-#define SDPA_HOPPER_DESC_STEP -1
+#define SDPA_HOPPER_DESC_STEP 1
 #endif
-constexpr bool HOP_DESC_STEP = SDPA_HOPPER_DESC_STEP < 0 ? HOP_DQT : SDPA_HOPPER_DESC_STEP != 0;
+constexpr bool HOP_DESC_STEP = SDPA_HOPPER_DESC_STEP != 0;
 template <u32 LBO, u32 SBO> using SmemDescs = gmma_descs<LBO, SBO, HOP_DESC_STEP>;
+/* The query tiles' rotation between kv tiles (Work.it_first): kv tile j
+ * starts at query tile j * STAGGER round its range; 0: every kv tile from
+ * its first query tile. 1 for the wide kernel with staged dQ (head dims
+ * above 128 up to SDPA_HOPPER_STAGING_MAX) without a mask: H100, bf16 S8k
+ * full, two rounds, hd 192 +2.5%, hd 160 +1.6%; within +-0.6% at hd 64
+ * and 128 (S 1k-16k) and hd 256, where it stays 0 (on the H200 at hd 128:
+ * +1.2 to +1.9% at S 1k-4k without a mask, -2.5 to -4% at S 16k causal).
+ * Not in deterministic plans (their adds go in kv-tile order). */
 #ifndef SDPA_HOPPER_STAGGER
-#define SDPA_HOPPER_STAGGER 0
+#define SDPA_HOPPER_STAGGER \
+  (SDPA_MASK == 0 && HOP_WIDE && SDPA_HEAD_DIM <= SDPA_HOPPER_STAGING_MAX)
 #endif
 
 /* 1: the kernel takes its tiles in a loop (a persistent grid: block b
