@@ -169,7 +169,7 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
  * dropping the second (a wgmma under a predicate serializes the pipeline,
  * C7515): the kernel compiles in about two thirds of the time (one
  * consumer loop instead of two), for +7.7% of the step's tensor work.
- * H100, bf16 192/128 S8k, 1 against 0: full -4%, causal -6% (two rounds);
+ * H100, bf16 192/128 S8k, 1 against 0: full -4%, causal -7% (two rounds);
  * a measurement variant (bench/NOTES.md). */
 #ifndef SDPA_HOPPER_DQT_ONE
 #define SDPA_HOPPER_DQT_ONE 0
@@ -184,19 +184,17 @@ static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 #ifndef SDPA_HOPPER_DESC_STEP
 #define SDPA_HOPPER_DESC_STEP 1
 #endif
-constexpr bool HOP_DESC_STEP = SDPA_HOPPER_DESC_STEP != 0;
-template <u32 LBO, u32 SBO> using SmemDescs = gmma_descs<LBO, SBO, HOP_DESC_STEP>;
+template <u32 LBO, u32 SBO> using SmemDescs = gmma_descs<LBO, SBO, SDPA_HOPPER_DESC_STEP != 0>;
 /* The query tiles' rotation between kv tiles (Work.it_first): kv tile j
  * starts at query tile j * STAGGER round its range; 0: every kv tile from
- * its first query tile. 1 for the wide kernel with staged dQ (head dims
- * above 128 up to SDPA_HOPPER_STAGING_MAX) without a mask: H100, bf16 S8k
+ * its first query tile. 1 for the wide kernel where it stages dQ
+ * (SDPA_HOPPER_DQ_BULK: head dims 136-192) without a mask: H100, bf16 S8k
  * full, two rounds, hd 192 +2.5%, hd 160 +1.6%; within +-0.6% at hd 64
  * and 128 (S 1k-16k) and hd 256, where it stays 0 (on the H200 at hd 128:
  * +1.2 to +1.9% at S 1k-4k without a mask, -2.5 to -4% at S 16k causal).
  * Not in deterministic plans (their adds go in kv-tile order). */
 #ifndef SDPA_HOPPER_STAGGER
-#define SDPA_HOPPER_STAGGER \
-  (SDPA_MASK == 0 && HOP_WIDE && SDPA_HEAD_DIM <= SDPA_HOPPER_STAGING_MAX)
+#define SDPA_HOPPER_STAGGER (SDPA_MASK == 0 && HOP_WIDE && SDPA_HOPPER_DQ_BULK)
 #endif
 
 /* 1: the kernel takes its tiles in a loop (a persistent grid: block b
