@@ -198,6 +198,12 @@ static int persist_defined(int head_dim, int layout, int mask) {
                        sdpa_hopper_persistent_kernel(head_dim, layout, mask, 0));
 }
 
+/* Whether the main kernel converts dQ itself (the key field dq=main; a
+ * --define SDPA_FOLD_DQ=1 here, which replaces the key's 0): no convert
+ * launch then, a counter a query tile, and the kernel's conversion
+ * buffers past its carve. */
+static int fold_defined(void) { return define_switch("SDPA_FOLD_DQ", 0); }
+
 /* The key's configuration; a --define SDPA_HOPPER_STAGES_VARIANT=N
  * (measurement only) deepens or shortens the Q/dO ring. */
 static sdpa_hopper_config with_variants(sdpa_hopper_config c) {
@@ -231,12 +237,13 @@ static void key_source(const hkey *k, char *out, size_t size) {
                    "#define SDPA_Q_TILE %d\n#define SDPA_KV_TILE %d\n#define SDPA_WARPS %d\n"
                    "#define SDPA_STAGES %d\n#define SDPA_LSE_PACKED %d\n#define SDPA_LAYOUT %d\n"
                    "#define SDPA_MASK %d\n#define SDPA_DETERMINISTIC 0\n#define SDPA_EVEN %d\n"
-                   "#define SDPA_FOLD_DQ 0\n",
+                   "#define SDPA_FOLD_DQ %d\n",
                    k->dtype == SDPA_DTYPE_FP16 ? 1 : 2, k->head_dim, k->head_dim_v, c.q_tile,
                    c.kv_tile, c.warps, c.stages, k->lse_packed, k->layout == SDPA_LAYOUT_THD ? 2 : 1,
-                   (int)k->mask, k->even);
+                   (int)k->mask, k->even, fold_defined());
   for (int i = 0; i < extra_define_count && n > 0 && (size_t)n < size; i++) {
     char line[256];
+    if (!strncmp(extra_defines[i], "SDPA_FOLD_DQ=", 13)) continue; /* the key's line above */
     snprintf(line, sizeof line, "%s", extra_defines[i]);
     char *eq = strchr(line, '=');
     if (eq) *eq = ' ';
@@ -347,7 +354,9 @@ static int compile_key(hmodule *m) {
          drv->cuModuleGetFunction(&m->main, m->module, "sdpa_bwd_main") == CUDA_SUCCESS &&
          drv->cuModuleGetFunction(&m->convert, m->module, "sdpa_bwd_convert_dq") == CUDA_SUCCESS &&
          drv->cuFuncSetAttribute(m->main, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 smem.total) == CUDA_SUCCESS;
+                                 smem.total + sdpa_hopper_fold_bytes(key_config(&m->key),
+                                                                     fold_defined())) ==
+             CUDA_SUCCESS;
     if (!ok) printf("module load failed for %s\n", m->source);
   }
 done:
@@ -567,13 +576,17 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
 
   const size_t dq_bytes = (size_t)p->dq_blocks * 16 * c->heads_q * c->head_dim * 4;
   const size_t delta_bytes = (size_t)(p->rows_q > 0 ? p->rows_q : 1) * c->heads_q * 4;
-  L->workspace_bytes = align256(dq_bytes) + align256(delta_bytes);
+  const size_t counter_bytes =
+      fold_defined() ? (size_t)c->heads_q * c->batch * (p->q_tiles > 0 ? p->q_tiles : 1) * 4 : 0;
+  L->workspace_bytes = align256(dq_bytes) + align256(delta_bytes) + align256(counter_bytes);
   if ((status = sdpa_gpu_alloc(&gpu, L->workspace_bytes, &L->workspace)) ||
       (status = sdpa_gpu_alloc(&gpu, 256, &L->error_flag)))
     return status;
   p->dq_accum = (float *)(uintptr_t)L->workspace;
   p->delta = (float *)(uintptr_t)(L->workspace + align256(dq_bytes));
-  p->semaphores = NULL;
+  p->semaphores = counter_bytes ? (sdpa_i32 *)(uintptr_t)(L->workspace + align256(dq_bytes) +
+                                                           align256(delta_bytes))
+                                : NULL;
   p->error_flag = (sdpa_i32 *)(uintptr_t)L->error_flag;
   if ((status = sdpa_gpu_upload(&gpu, L->error_flag, &(int32_t){0}, 4))) return status;
 
@@ -603,10 +616,11 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
     L->main_x = (unsigned)blocks;
     L->main_y = 1;
   }
-  L->convert_x = (unsigned)((int64_t)p->q_blocks * c->batch * c->heads_q);
+  L->convert_x = fold_defined() ? 0 : (unsigned)((int64_t)p->q_blocks * c->batch * c->heads_q);
   L->smem =
       sdpa_hopper_smem_layout_variant(with_variants(cfg), dq_bulk_defined(cfg.head_dim), 1, persist)
-          .total;
+          .total +
+      sdpa_hopper_fold_bytes(with_variants(cfg), fold_defined());
   return status;
 }
 

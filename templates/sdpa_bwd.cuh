@@ -238,18 +238,10 @@ SDPA_DEVICE void query_tile_range(const Band &band, int k0, int kv_valid, int sq
 
 /* ------------------------------------------------------------ dQ hand-off */
 
-/* The kv tiles that see query tile `it` of a sequence (rows [it*M,
- * min(it*M + M, sq))): `count` of them, from kv tile `first` on. The same
- * predicate as the main kernel's query-tile range of a kv tile (some row
- * of the one sees some key of the other), so it counts exactly the CTAs
- * that reduce into the tile. */
+/* The kv tiles that see query tile `it` (band_kv_visitors, this family's
+ * tiles). */
 SDPA_DEVICE int kv_visitors(const Band &band, int it, int sq, int skv, int &first) {
-  const int i0 = it * M, i_last = min(i0 + M, sq) - 1;
-  int kmin = 0, kmax = skv - 1;
-  if (band.left >= 0) kmin = max(kmin, i0 + band.off - band.left);
-  if (band.right >= 0) kmax = min(kmax, i_last + band.off + band.right);
-  first = kmin / N;
-  return kmin <= kmax ? kmax / N - kmin / N + 1 : 0;
+  return band_kv_visitors(band, it, M, N, sq, skv, first);
 }
 
 /* One main-kernel CTA's work, as the dQ hand-off recomputes it: kv tile

@@ -133,7 +133,6 @@ static_assert(HOP_N == (HOP_WIDE ? 64 : 64 * SDPA_HOPPER_CONSUMERS) &&
                   SDPA_WARPS == SDPA_HOPPER_WARPS,
               "each consumer warpgroup owns 64 kv rows (the wide kernel: both own the same)");
 static_assert(HOP_M == 128 || HOP_M == 64 || (HOP_M == 32 && !HOP_WIDE), "query tile");
-static_assert(!SDPA_FOLD_DQ, "the convert kernel writes dQ");
 
 /* Measurement only (bench_hopper --define; wrong results): 1 leaves out
  * the dQ reductions, 2 the dQ GEMM and its barrier too; 3 stages each dQ
@@ -648,6 +647,8 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, 
   }
 }
 
+#include "sdpa_hopper_fold.cuh" /* SDPA_FOLD_DQ: fold_dq (warp 3), fold_report_* */
+
 /* -------------------------------------------------------------- consumer */
 
 /* P = 0 outside the band and in rows past the kv tile's end (after the
@@ -901,6 +902,8 @@ SDPA_DEVICE void finish_consumer(const sdpa_kernel_params &p, const Work &w_in, 
   }
 #if SDPA_HOPPER_PERSIST
   named_barrier_sync_unaligned(1, CONSUMER_THREADS);
+#elif SDPA_FOLD_DQ
+  fold_report_end(base, w.steps);
 #elif SDPA_HOPPER_DQ_BULK && !SDPA_DETERMINISTIC
   bulk_wait_read();
 #endif
@@ -1125,8 +1128,10 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   auto dq_send_step = [&](int st) { /* step st's, staged */
     if constexpr (HOP_DQT)
       dqt_send<NQ>(base, g0 + st, wi, d_off, dq_target, dq_blocks, blk_elems, dq_chunks);
-    else
+    else {
       dq_send<NQ, true>(base, g0 + st, q_off / 16 + wi, d_off, dq_target);
+      fold_report_step(base, st, dq_target != nullptr);
+    }
   };
   if (w.steps > 0) mbar_wait(base + BAR_K, kv_n & 1); /* V: before the first dP^T */
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(3, trace_clock());
@@ -1273,11 +1278,15 @@ SDPA_DEVICE void make_work(const sdpa_kernel_params &p, unsigned bx, unsigned by
   const int chunks = head_chunks(p), heads = p.group / chunks; /* query heads a block */
   w.hk = hv / chunks;
   w.kv_valid = w.steps = 0;
+  if (SDPA_FOLD_DQ) w.k0 = -1; /* bad bounds: no sequence's tile 0 (fold_zero_unseen) */
   w.h_first = w.hk * p.group + (hv % chunks) * heads;
   if (!sequence_bounds(p, w.b, w.q0, w.kv0, w.sq, w.skv, reporter && j == 0 && w.hk == 0))
     return;
   w.k0 = j * HOP_N;
-  if (w.k0 >= w.skv) return;
+  if (w.k0 >= w.skv) {
+    if (SDPA_FOLD_DQ) w.band = make_band(p, w.sq, w.skv);
+    return;
+  }
   w.kv_valid = min(HOP_N, w.skv - w.k0);
   w.band = make_band(p, w.sq, w.skv);
   {
@@ -1325,7 +1334,7 @@ SDPA_DEVICE void init_barriers(u32 base) {
   mbar_init(base + BAR_K, 1);
   mbar_init(base + BAR_V, 1);
   for (int b = 0; b < 2; ++b) {
-    mbar_init(base + BAR_DQ_FULL(b), CONSUMER_THREADS);
+    mbar_init(base + BAR_DQ_FULL(b), SDPA_FOLD_DQ ? 1 : CONSUMER_THREADS); /* fold: BAR_FOLD */
     mbar_init(base + BAR_DQ_EMPTY(b), 1);
     mbar_init(base + BAR_HALVES(b), CONSUMER_THREADS);
     mbar_init(base + BAR_WORK_FULL(b), 1);
@@ -1487,7 +1496,12 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
 #else
   Work w;
   make_work(p, blockIdx.x, blockIdx.y, gridDim.x, threadIdx.x == 0, w);
-  if (w.kv_valid == 0) return;
+  if (w.kv_valid == 0) {
+#if SDPA_FOLD_DQ
+    if (w.k0 == 0) fold_zero_unseen(p, w); /* a sequence without keys */
+#endif
+    return;
+  }
   if (SDPA_HOPPER_TRACE && threadIdx.x == 0)
     trace_mark(1, (unsigned long long)trace_smid() << 32 | (unsigned)(w.steps + 1));
 
@@ -1495,6 +1509,11 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
     *(Work *)(smem + SMEM_WORK) = w;
     init_barriers(base);
   }
+#if SDPA_FOLD_DQ
+  if (threadIdx.x < FOLD_WARPS) /* no step's adds complete yet */
+    ((int *)(smem + SMEM_FOLD_PROGRESS))[threadIdx.x] = 0;
+  if (w.k0 == 0) fold_zero_unseen(p, w);
+#endif
   __syncthreads();
 
   /* the warpgroup, broadcast from lane 0 so that the compiler treats it
@@ -1517,6 +1536,11 @@ sdpa_bwd_main(const __grid_constant__ sdpa_kernel_params p,
       write_dq(p, *(const Work *)(smem + SMEM_WORK), base,
                DQ_WRITER_WARPS ? 3 - warp : threadIdx.x & 31);
     }
+#if SDPA_FOLD_DQ
+    else if (warp == 3) {
+      fold_dq(p, base, smem);
+    }
+#endif
   } else {
     setmaxnreg_inc<SDPA_HOPPER_CONSUMER_REGS>();
     /* the block's coordinates from shared memory, read where used */

@@ -336,6 +336,17 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout_variant(sdpa_hopper_c
   return s;
 }
 
+/* Where the main kernel converts dQ itself (SDPA_FOLD_DQ,
+ * sdpa_hopper_fold.cuh): the 16-row blocks of dq_accum (16 x head_dim
+ * fp32) that its converting warp holds in shared memory at once, past
+ * the carve, and their bytes; 0 where the kernel does not convert. */
+SDPA_HOPPER_TRAIT int sdpa_hopper_fold_buffers(sdpa_hopper_config c, int fold) {
+  return fold ? (c.q_tile / 16 < 4 ? c.q_tile / 16 : 4) : 0;
+}
+SDPA_HOPPER_TRAIT int sdpa_hopper_fold_bytes(sdpa_hopper_config c, int fold) {
+  return sdpa_hopper_fold_buffers(c, fold) * 16 * c.head_dim * 4;
+}
+
 /* How the default kernel reduces dQ into dq_accum: 1 through shared
  * memory and bulk reduce-adds (measured on the H200: +4 to +9% at S 4k
  * over 0, one vector reduction per fragment from registers), where the

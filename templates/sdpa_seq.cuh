@@ -49,6 +49,22 @@ SDPA_DEVICE int band_last_kv_tile(const Band &band, int i_end, int skv, int n) {
   return min((skv + n - 1) / n - 1, (i_end + band.off + band.right) / n);
 }
 
+/* The kv tiles (of `n` keys) that see query tile `it` (of `m` rows: rows
+ * [it*m, min(it*m + m, sq))) of a sequence of sq queries and skv keys:
+ * the count of them, from kv tile `first` on. The same predicate as a
+ * main kernel's query-tile range of a kv tile (some row of the one sees
+ * some key of the other), so it counts exactly the blocks that add into
+ * the tile's dQ. */
+SDPA_DEVICE int band_kv_visitors(const Band &band, int it, int m, int n, int sq, int skv,
+                                 int &first) {
+  const int i0 = it * m, i_last = min(i0 + m, sq) - 1;
+  int kmin = 0, kmax = skv - 1;
+  if (band.left >= 0) kmin = max(kmin, i0 + band.off - band.left);
+  if (band.right >= 0) kmax = min(kmax, i_last + band.off + band.right);
+  first = kmin / n;
+  return kmin <= kmax ? kmax / n - kmin / n + 1 : 0;
+}
+
 /* A non-negative index widened to 64 bits: sdpa_i64, or with zeros to
  * unsigned, where no sign word may be kept live (the sm_90a dQ writers
  * run on the producer's few registers); W() picks the type. */

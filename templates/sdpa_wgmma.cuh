@@ -164,6 +164,15 @@ SDPA_DEVICE void bulk_reduce_add_f32(float *dst, u32 src, u32 bytes) {
       "r"(src), "r"(bytes)
       : "memory");
 }
+/* Bulk copy of `bytes` (a multiple of 16) from global `src` into shared
+ * `dst` (both 16-byte aligned), completing on mbarrier `bar`. */
+SDPA_DEVICE void bulk_load(u32 dst, const void *src, u32 bytes, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
 /* The same bytes stored, not added (measurement: SDPA_HOPPER_ABLATE 5). */
 SDPA_DEVICE void bulk_store(float *dst, u32 src, u32 bytes) {
   asm volatile(
@@ -178,10 +187,20 @@ SDPA_DEVICE void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 SDPA_DEVICE void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+/* Waits until at most PENDING of this thread's newest bulk groups have
+ * not completed. */
+template <int PENDING> SDPA_DEVICE void bulk_wait_but() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(PENDING) : "memory");
+}
 SDPA_DEVICE void st_shared_v4(u32 addr, float a, float b, float c, float d) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c),
                "f"(d)
                : "memory");
+}
+SDPA_DEVICE float2 ld_shared_v2(u32 addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
 }
 SDPA_DEVICE float4 ld_shared_v4(u32 addr) {
   float4 v;
