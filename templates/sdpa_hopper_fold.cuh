@@ -29,7 +29,8 @@ static_assert(!SDPA_FOLD_DQ || (!SDPA_DETERMINISTIC && !HOP_WIDE && !HOP_DQT &&
  * work slot: one tile a block uses the first only). */
 #define FOLD_WARPS (CONSUMER_THREADS / 32)
 #define SMEM_FOLD_PROGRESS SMEM_WORK_SLOT(1)
-static_assert(FOLD_WARPS * 4 <= SDPA_HOPPER_WORK_BYTES, "the reports fit a work slot");
+static_assert(FOLD_WARPS * 4 + 12 <= SDPA_HOPPER_WORK_BYTES,
+              "the reports and warp 3's state fit a work slot");
 /* Steps whose adds a report leaves outstanding (the newest FOLD_LAG), so
  * that the wait behind it is for adds issued that many steps before. */
 #ifndef SDPA_HOPPER_FOLD_LAG
@@ -232,18 +233,23 @@ SDPA_DEVICE void fold_dq(const sdpa_kernel_params &p, u32 base, const unsigned c
   const Work &w = *(const Work *)(smem + SMEM_WORK);
   const int lane = threadIdx.x & 31;
   if (SDPA_HOPPER_FOLD_ABLATE == 2) return;
-  u32 loads = 0;
+  /* the loop's state in shared memory (after the reports), so that the
+   * conversion has the warp's few registers: [0] the next step, [1] the
+   * block loads so far, [2] the batch's tiles left to convert */
+  volatile int *state = (volatile int *)(smem + SMEM_FOLD_PROGRESS) + FOLD_WARPS;
+  if (lane == 0) state[0] = state[1] = 0;
+  __syncwarp();
 #pragma unroll 1
-  for (int st = 0; st < w.steps;) {
+  while (state[0] < w.steps) {
     int avail;
     do { /* the steps every consumer warp has done */
       int seen = 0x7fffffff;
       if (lane < FOLD_WARPS) seen = ld_acquire_cta_shared(base + SMEM_FOLD_PROGRESS + 4 * lane);
       avail = __reduce_min_sync(0xffffffffu, seen);
-      if (avail <= st) __nanosleep(64);
-    } while (avail <= st);
+      if (avail <= state[0]) __nanosleep(64);
+    } while (avail <= state[0]);
     __syncwarp(); /* the acquired reports, for every lane's count */
-    const int n = min(avail - st, 32);
+    const int st = state[0], n = min(avail - st, 32);
     int last = 0;
     if (lane < n) {
       int h, it, first;
@@ -252,15 +258,22 @@ SDPA_DEVICE void fold_dq(const sdpa_kernel_params &p, u32 base, const unsigned c
       last = atom_add_acq_rel_gpu(q_tile_counter_of<unsigned long long>(p.semaphores, p, h, w.b,
                                                                          it)) == visitors - 1;
     }
-    u32 todo = __ballot_sync(0xffffffffu, last);
-    while (todo) {
-      const int i = __ffs(todo) - 1;
-      todo &= todo - 1;
+    const unsigned todo = __ballot_sync(0xffffffffu, last);
+    __syncwarp();
+    if (lane == 0) state[2] = (int)todo;
+    __syncwarp();
+#pragma unroll 1
+    while (state[2] != 0) {
+      const unsigned left = (unsigned)state[2];
       int h, it;
-      fold_step_tile(w, st + i, h, it);
-      loads += fold_convert(p, w, base, h, it, loads);
+      fold_step_tile(w, state[0] + __ffs(left) - 1, h, it);
+      const int blocks = fold_convert(p, w, base, h, it, (u32)state[1]);
+      __syncwarp();
+      if (lane == 0) state[1] += blocks, state[2] = (int)(left & (left - 1));
+      __syncwarp();
     }
-    st += n;
+    if (lane == 0) state[0] += n;
+    __syncwarp();
   }
 }
 #endif
