@@ -1126,9 +1126,10 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     }
   };
   auto dq_send_step = [&](int st) { /* step st's, staged */
-    if constexpr (HOP_DQT)
+    if constexpr (HOP_DQT) {
       dqt_send<NQ>(base, g0 + st, wi, d_off, dq_target, dq_blocks, blk_elems, dq_chunks);
-    else {
+      fold_report_step(base, st, dq_target != nullptr);
+    } else {
       dq_send<NQ, true>(base, g0 + st, q_off / 16 + wi, d_off, dq_target);
       fold_report_step(base, st, dq_target != nullptr);
     }

@@ -19,7 +19,7 @@
  *                 convert kernel are the narrow kernel's
  *   dqt_send      one bulk reduce-add per (16-row block of the step, 64-row
  *                 chunk): the warp's 16 head-dim columns of 16 query rows,
- *                 1 KB
+ *                 1 KB (with SDPA_FOLD_DQ the step's adds one bulk group)
  *
  * A thread's chunk accumulators (warp wi, lane = 4 g + t):
  *   dq[c][4 j + 2 hh + e] = dQ^T[d_off + 64 c + 16 wi + 8 hh + g][8 j + 2 t + e]
@@ -133,7 +133,9 @@ SDPA_DEVICE void dqt_send(u32 base, int st, int wi, int d_off, float *const dqa,
 #pragma unroll
       for (int rb = 0; rb < HOP_M / 16; ++rb)
         if (rb < blocks && c < chunks)
-          bulk_reduce_add_f32(dqa + rb * blk_elems + c * (64 / 8) * 128,
-                              dq_slice(base, st, rb, d_off + 64 * c + 16 * wi), 2 * 128 * 4);
+          bulk_reduce_add_f32<!SDPA_FOLD_DQ>(dqa + rb * blk_elems + c * (64 / 8) * 128,
+                                             dq_slice(base, st, rb, d_off + 64 * c + 16 * wi),
+                                             2 * 128 * 4);
+    if (SDPA_FOLD_DQ) bulk_commit(); /* the step's adds one group (fold_report_step) */
   }
 }

@@ -1,8 +1,9 @@
 /*
  * sdpa_hopper_fold.cuh - dQ converted by the sm_90a main kernel itself
  * (SDPA_FOLD_DQ: no convert kernel after it). Included by sdpa_hopper.cuh
- * after its producer roles; the narrow kernel without the deterministic
- * order, with bulk dQ adds, one tile a block.
+ * after its producer roles; the narrow kernel (and its transposed-dQ
+ * form) without the deterministic order, with bulk dQ adds, one tile a
+ * block: a step's adds are one bulk group of each consumer warp.
  *
  * Query tile (h, it) of sequence b is complete once every kv tile that
  * visits it (band_kv_visitors) has added its dQ. Each block counts its
@@ -21,9 +22,9 @@
  * give them.
  */
 
-static_assert(!SDPA_FOLD_DQ || (!SDPA_DETERMINISTIC && !HOP_WIDE && !HOP_DQT &&
-                                SDPA_HOPPER_DQ_BULK && !SDPA_HOPPER_PERSIST && DQ_COPIES == 1),
-              "the folded conversion: the narrow kernel's bulk adds, one tile a block");
+static_assert(!SDPA_FOLD_DQ || (!SDPA_DETERMINISTIC && !HOP_WIDE && SDPA_HOPPER_DQ_BULK &&
+                                !SDPA_HOPPER_PERSIST && DQ_COPIES == 1),
+              "the folded conversion: the narrow kernels' bulk adds, one tile a block");
 
 /* Consumer warps that report, and the reports' slots (ints, in the second
  * work slot: one tile a block uses the first only). */

@@ -156,14 +156,23 @@ SDPA_DEVICE void tma_load_4d(u32 dst, const void *map, u32 bar, int c0, int c1, 
 
 /* Bulk reduce-add of `bytes` (a multiple of 16) fp32 values from shared
  * `src` into global `dst` (16-byte aligned), in this thread's bulk
- * group; committed at once. */
+ * group; committed at once (COMMIT), or left for bulk_commit to close
+ * the group with the adds after it. */
+template <bool COMMIT = true>
 SDPA_DEVICE void bulk_reduce_add_f32(float *dst, u32 src, u32 bytes) {
-  asm volatile(
-      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-      "cp.async.bulk.commit_group;" ::"l"(dst),
-      "r"(src), "r"(bytes)
-      : "memory");
+  if (COMMIT)
+    asm volatile(
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+        "cp.async.bulk.commit_group;" ::"l"(dst),
+        "r"(src), "r"(bytes)
+        : "memory");
+  else
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::
+                     "l"(dst),
+                 "r"(src), "r"(bytes)
+                 : "memory");
 }
+SDPA_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 /* Bulk copy of `bytes` (a multiple of 16) from global `src` into shared
  * `dst` (both 16-byte aligned), completing on mbarrier `bar`. */
 SDPA_DEVICE void bulk_load(u32 dst, const void *src, u32 bytes, u32 bar) {
