@@ -7,7 +7,7 @@
  *
  * Query tile (h, it) of sequence b is complete once every kv tile that
  * visits it (band_kv_visitors) has added its dQ. Each block counts its
- * own adds in: the consumer warps report (fold_report, lane 0) how many
+ * own adds in: the consumer warps report (fold_report_*, lane 0) how many
  * of their steps' bulk reduce-adds have completed, not only been read;
  * warp 3 of the producer warpgroup (idle without the deterministic
  * writers) follows the block's steps, and once all eight consumer warps
@@ -77,8 +77,9 @@ SDPA_DEVICE int atom_add_acq_rel_gpu(sdpa_i32 *counter) {
 /* A consumer warp's reports, lane 0, released to warp 3 (the value: the
  * steps below it have their adds complete; the completed bulk adds are
  * visible to the waiting thread, and the release carries them on; no
- * proxy fence here, which would wait for the newest adds too). fold_report_step: after the warp issued (sent) or skipped
- * the dQ add of step st; all its bulk groups but the newest FOLD_LAG
+ * proxy fence here, which would wait for the newest adds too).
+ * fold_report_step: after the warp issued (sent) or skipped the dQ adds
+ * of step st (one bulk group); all its bulk groups but the newest FOLD_LAG
  * (FOLD_LAG - 1 when it sent none) completed: steps up to st - FOLD_LAG.
  * fold_report_end: the tile's `steps`, every add completed. */
 SDPA_DEVICE void fold_publish(u32 base, int done) {
@@ -164,6 +165,7 @@ SDPA_DEVICE void fold_load(const sdpa_kernel_params &p, const Work &w, u32 base,
           blk_elems +
       (unsigned)h * (D * 16);
   const u32 buf = u % FOLD_BUFFERS;
+  fence_proxy_async(); /* the warp's reads of the buffer before, ahead of its rewrite */
   mbar_arrive_expect_tx(base + BAR_FOLD(buf), FOLD_BLOCK_BYTES);
   bulk_load(base + SMEM_FOLD + buf * FOLD_BLOCK_BYTES, src, FOLD_BLOCK_BYTES, base + BAR_FOLD(buf));
 }
@@ -188,10 +190,8 @@ SDPA_DEVICE int fold_convert(const sdpa_kernel_params &p, const Work &w, u32 bas
     u16 *const dq = fold_dq_rows(p, w, h, wide);
     fold_block(dq, p.dq_seq, wide, it * HOP_M + 16 * rb, w.sq, s, p.scale);
     __syncwarp();
-    if (lane == 0 && rb + FOLD_BUFFERS < blocks) { /* the buffer read: its next block */
-      fence_proxy_async();
+    if (lane == 0 && rb + FOLD_BUFFERS < blocks) /* the buffer read: its next block */
       fold_load(p, w, base, h, it, rb + FOLD_BUFFERS, u);
-    }
   }
   return blocks;
 }
