@@ -131,6 +131,21 @@ sdpa_bwd_preprocess(const sdpa_kernel_params p) {
 
 /* --------------------------------------------------------------- convert */
 
+/* Row 0 of head h's dQ in sequence b (first query token q0), and whether
+ * its rows take 16-byte stores. */
+SDPA_DEVICE u16 *dq_head_rows(const sdpa_kernel_params &p, int b, sdpa_i64 q0, int h) {
+#if SDPA_LAYOUT == 1
+  (void)q0;
+  return (u16 *)p.dq + (sdpa_i64)b * p.dq_batch + (sdpa_i64)h * p.dq_head;
+#else
+  (void)b;
+  return (u16 *)p.dq + q0 * p.dq_seq + (sdpa_i64)h * p.dq_head;
+#endif
+}
+SDPA_DEVICE bool dq_rows_wide(const u16 *dq, sdpa_i64 dq_seq) {
+  return ((unsigned long long)dq & 15) == 0 && (dq_seq & 7) == 0;
+}
+
 /* Writes one lane's share of a 16 x 8 piece of dQ: the four accumulator
  * values `v` of fragment lane `lane` (sdpa_params.h order) times `scale`,
  * at rows r0 + lane/4 and r0 + lane/4 + 8 (those below sq) and columns
@@ -235,13 +250,9 @@ sdpa_bwd_convert_dq(const sdpa_kernel_params p) {
 #else
   static_assert(DQ_COPIES == 1, "sm_80-class: the mma.sync family, one copy");
 #endif
-#if SDPA_LAYOUT == 1
-  u16 *dq = (u16 *)p.dq + (sdpa_i64)b * p.dq_batch + (sdpa_i64)h * p.dq_head;
-#else
-  u16 *dq = (u16 *)p.dq + q0 * p.dq_seq + (sdpa_i64)h * p.dq_head;
-#endif
+  u16 *dq = dq_head_rows(p, b, q0, h);
 #if __CUDA_ARCH__ >= 900
-  if (((unsigned long long)dq & 15) == 0 && (p.dq_seq & 7) == 0) {
+  if (dq_rows_wide(dq, p.dq_seq)) {
     for (int i = threadIdx.x; i < D; i += blockDim.x) /* 8 row pairs x D / 8 pieces */
       store_dq_rows(dq, p.dq_seq, r0, i / (D / 8), i % (D / 8), src, copy, sq, p.scale);
     return;

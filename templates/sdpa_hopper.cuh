@@ -1126,13 +1126,11 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
     }
   };
   auto dq_send_step = [&](int st) { /* step st's, staged */
-    if constexpr (HOP_DQT) {
+    if constexpr (HOP_DQT)
       dqt_send<NQ>(base, g0 + st, wi, d_off, dq_target, dq_blocks, blk_elems, dq_chunks);
-      fold_report_step(base, st, dq_target != nullptr);
-    } else {
+    else
       dq_send<NQ, true>(base, g0 + st, q_off / 16 + wi, d_off, dq_target);
-      fold_report_step(base, st, dq_target != nullptr);
-    }
+    fold_report_step(base, st, dq_target != nullptr);
   };
   if (w.steps > 0) mbar_wait(base + BAR_K, kv_n & 1); /* V: before the first dP^T */
   if (SDPA_HOPPER_TRACE && threadIdx.x == 128) trace_mark(3, trace_clock());

@@ -38,9 +38,9 @@ static_assert(FOLD_WARPS * 4 + 12 <= SDPA_HOPPER_WORK_BYTES,
 #define SDPA_HOPPER_FOLD_LAG 2
 #endif
 #define FOLD_LAG SDPA_HOPPER_FOLD_LAG
-/* Measurement: 1 the reports stored relaxed (no release: the consumer's
- * memory barrier), warp 3's poll relaxed then one acquire fence; 2 as 1
- * with warp 3 idle (no counts, no conversion: wrong results). */
+/* Measurement: 1 the consumers' reports stored relaxed (no release: no
+ * memory barrier in their step); 2 as 1 with warp 3 idle (no counts, no
+ * conversion: wrong results). */
 #ifndef SDPA_HOPPER_FOLD_ABLATE
 #define SDPA_HOPPER_FOLD_ABLATE 0
 #endif
@@ -121,8 +121,9 @@ SDPA_DEVICE void fold_block(u16 *dq, sdpa_i64 dq_seq, bool wide, int r0, int sq,
 #pragma unroll 1
     for (int i = lane; i < 2 * D; i += 32) { /* 16 rows x D / 8 pieces */
       const int r = i / (D / 8), pc = i - r * (D / 8);
-      /* row r, columns 8 pc..: lanes 4 (r % 8) + c of the piece, half r / 8 */
-      const u32 at = s + (pc * 128 + (r & 7) * 16 + (r >> 3) * 2) * 4;
+      /* row r, columns 8 pc..: lanes 4 (r % 8) + c of the piece, half r / 8
+       * (a lane's floats 16 bytes after the one before it) */
+      const u32 at = s + (pc * 128 + frag_at(4 * (r & 7), 2 * (r >> 3))) * 4;
       const float2 a = ld_shared_v2(at), b = ld_shared_v2(at + 16), c = ld_shared_v2(at + 32),
                    d = ld_shared_v2(at + 48);
       if (r0 + r < sq)
@@ -135,22 +136,10 @@ SDPA_DEVICE void fold_block(u16 *dq, sdpa_i64 dq_seq, bool wide, int r0, int sq,
     for (int i = lane; i < 8 * D; i += 32) { /* 16 rows x D / 2 column pairs */
       const int r = i / (D / 2), col = 2 * (i - r * (D / 2));
       const float2 v =
-          ld_shared_v2(s + ((col / 8) * 128 + ((r & 7) * 4 + (col & 7) / 2) * 4 + (r >> 3) * 2) * 4);
+          ld_shared_v2(s + ((col / 8) * 128 + frag_at(4 * (r & 7) + (col & 7) / 2, 2 * (r >> 3))) * 4);
       if (r0 + r < sq) *(u32 *)(rows + r * dq_seq + col) = pack2<DT>(v.x * scale, v.y * scale);
     }
   }
-}
-
-/* Head h's dQ of sequence w.b, as a pointer to its row 0, and whether
- * its rows take 16-byte stores. */
-SDPA_DEVICE u16 *fold_dq_rows(const sdpa_kernel_params &p, const Work &w, int h, bool &wide) {
-#if SDPA_LAYOUT == 1
-  u16 *dq = (u16 *)p.dq + (sdpa_i64)w.b * p.dq_batch + (sdpa_i64)h * p.dq_head;
-#else
-  u16 *dq = (u16 *)p.dq + w.q0 * p.dq_seq + (sdpa_i64)h * p.dq_head;
-#endif
-  wide = ((unsigned long long)dq & 15) == 0 && (p.dq_seq & 7) == 0;
-  return dq;
 }
 
 /* Lane 0 of warp 3: 16-row block rb of query tile (h, it)'s dq_accum into
@@ -186,9 +175,8 @@ SDPA_DEVICE int fold_convert(const sdpa_kernel_params &p, const Work &w, u32 bas
   for (int rb = 0; rb < blocks; ++rb) {
     const u32 u = loads + rb, s = base + SMEM_FOLD + (u % FOLD_BUFFERS) * FOLD_BLOCK_BYTES;
     mbar_wait(base + BAR_FOLD(u % FOLD_BUFFERS), (u / FOLD_BUFFERS) & 1);
-    bool wide;
-    u16 *const dq = fold_dq_rows(p, w, h, wide);
-    fold_block(dq, p.dq_seq, wide, it * HOP_M + 16 * rb, w.sq, s, p.scale);
+    u16 *const dq = dq_head_rows(p, w.b, w.q0, h);
+    fold_block(dq, p.dq_seq, dq_rows_wide(dq, p.dq_seq), it * HOP_M + 16 * rb, w.sq, s, p.scale);
     __syncwarp();
     if (lane == 0 && rb + FOLD_BUFFERS < blocks) /* the buffer read: its next block */
       fold_load(p, w, base, h, it, rb + FOLD_BUFFERS, u);
@@ -208,8 +196,7 @@ SDPA_DEVICE void fold_zero_unseen(const sdpa_kernel_params &p, const Work &w) {
     const int rows = min(HOP_M, w.sq - it * HOP_M);
 #pragma unroll 1
     for (int h = w.hk * p.group; h < (w.hk + 1) * p.group; ++h) {
-      bool wide;
-      u16 *const dq = fold_dq_rows(p, w, h, wide);
+      u16 *const dq = dq_head_rows(p, w.b, w.q0, h);
 #pragma unroll 1
       for (int c = 2 * lane; c < rows * D; c += 64)
         *(u32 *)(dq + (sdpa_i64)(it * HOP_M + c / D) * p.dq_seq + c % D) = 0u;
