@@ -75,9 +75,13 @@ int sdpa_hopper_covers(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, c
              "for (options.family = SDPA_FAMILY_HOPPER, SDPA_JIT_FAMILY=hopper) in this version");
     return 0;
   }
-  if (o->dq_writer == SDPA_DQ_MAIN) {
+  if (o->dq_writer == SDPA_DQ_MAIN &&
+      !sdpa_hopper_fold_covers(d->head_dim, d->head_dim_v, (int)d->layout, (int)d->mask,
+                               d->deterministic)) {
     snprintf(why, why_size,
-             "dq_writer main: the Hopper family's dQ is written by the convert kernel");
+             "dq_writer main: the Hopper family's main kernel writes dQ itself where the "
+             "plan is not deterministic and head_dim <= 128 (not BSHD without a mask at "
+             "head_dim <= 64: the persistent kernel) or head_dim 192 with head_dim_v <= 128");
     return 0;
   }
   if (o->q_tile) {
@@ -117,7 +121,8 @@ sdpa_status sdpa_hopper_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_pla
   f->kv_tile = c.kv_tile;
   f->warps = c.warps;
   f->stages = c.stages;
-  *smem_bytes = sdpa_hopper_smem_layout(c, (int)d->layout, (int)d->mask, d->deterministic).total;
+  *smem_bytes = sdpa_hopper_smem_layout(c, (int)d->layout, (int)d->mask, d->deterministic).total +
+                sdpa_hopper_fold_bytes(c, f->fold_dq);
   /* sm_90's 227 KiB (config.c's sdpa_arch_smem_limit) */
   if (*smem_bytes > 232448)
     return sdpa_error_set(SDPA_STATUS_NOT_SUPPORTED,

@@ -379,6 +379,19 @@ SDPA_HOPPER_TRAIT sdpa_hopper_smem sdpa_hopper_smem_layout(sdpa_hopper_config c,
       sdpa_hopper_persistent_kernel(c.head_dim, layout, mask, deterministic));
 }
 
+/* Whether the main kernel can convert dQ itself (the key field dq=main,
+ * SDPA_FOLD_DQ; sdpa_hopper_fold.cuh): the narrow kernels and the
+ * transposed-dQ one, whose dQ adds go through shared memory in bulk, one
+ * tile a block (not the persistent kernels), dK and dV stored by the
+ * block (the plan's head chunks 1), not deterministic. The kernel's
+ * static_assert holds the same. */
+SDPA_HOPPER_TRAIT int sdpa_hopper_fold_covers(int head_dim, int head_dim_v, int layout, int mask,
+                                              int deterministic) {
+  return !deterministic && !sdpa_hopper_wide(head_dim, head_dim_v, 0) &&
+         SDPA_HOPPER_DQ_BULK_DEFAULT(head_dim, 0) &&
+         !sdpa_hopper_persistent_kernel(head_dim, layout, mask, 0);
+}
+
 /* Blocks in x: one per kv tile of each sequence. */
 SDPA_HOPPER_TRAIT long long sdpa_hopper_grid_x(sdpa_hopper_config c, int seqlen_kv, int batch) {
   return ((long long)seqlen_kv + c.kv_tile - 1) / c.kv_tile * (long long)batch;

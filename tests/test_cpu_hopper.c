@@ -160,13 +160,42 @@ START_TEST(family_choice_and_reasons) {
     ck_assert_msg(strstr(info.family_reason, "deterministic"), "%s", info.family_reason);
   sdpa_bwd_plan_destroy(plan);
 
-  /* main writes dQ: the mma.sync family's */
+  /* main writes dQ: the narrow and transposed-dQ kernels (key dq=main,
+   * the conversion's buffers in its shared memory, the counters in the
+   * workspace); not deterministic, wide or persistent kernels */
   sdpa_bwd_plan_options main_dq = hop;
   main_dq.dq_writer = SDPA_DQ_MAIN;
-  sdpa_bwd_plan *none = NULL;
-  ck_assert_int_eq(sdpa_bwd_plan_create_with(&none, rt, &d, &main_dq),
-                   SDPA_STATUS_NOT_SUPPORTED);
-  ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "dq_writer main"));
+  sdpa_bwd_desc dqt = desc_for(SDPA_DTYPE_BF16, 192, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+  dqt.head_dim_v = 128;
+  const sdpa_bwd_desc *folds[] = {&d, &dqt};
+  for (int i = 0; i < 2; i++) {
+    sdpa_bwd_plan *convert = NULL;
+    ck_assert_int_eq(sdpa_bwd_plan_create_with(&convert, rt, folds[i], &hop),
+                     SDPA_STATUS_SUCCESS);
+    ck_assert_msg(sdpa_bwd_plan_create_with(&plan, rt, folds[i], &main_dq) ==
+                      SDPA_STATUS_SUCCESS,
+                  "%s", sdpa_last_error());
+    ck_assert_int_eq(sdpa_bwd_plan_query(plan, &info), SDPA_STATUS_SUCCESS);
+    ck_assert_int_eq(info.family, SDPA_FAMILY_HOPPER);
+    ck_assert_int_eq(info.dq_writer, SDPA_DQ_MAIN);
+    ck_assert_msg(strstr(sdpa_bwd_plan_key(plan), ";dq=main"), "%s", sdpa_bwd_plan_key(plan));
+    const sdpa_hopper_config c =
+        sdpa_hopper_choose(folds[i]->head_dim, folds[i]->head_dim_v, 0);
+    ck_assert_int_eq(info.smem_bytes, convert->smem_bytes + sdpa_hopper_fold_bytes(c, 1));
+    ck_assert_int_le(info.smem_bytes, sdpa_arch_smem_limit(90));
+    ck_assert_uint_gt(sdpa_bwd_workspace_size(plan), sdpa_bwd_workspace_size(convert));
+    sdpa_bwd_plan_destroy(plan);
+    sdpa_bwd_plan_destroy(convert);
+  }
+  sdpa_bwd_desc wide = desc_for(SDPA_DTYPE_BF16, 256, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+  sdpa_bwd_desc persistent = desc_for(SDPA_DTYPE_BF16, 64, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
+  const sdpa_bwd_desc *not_folds[] = {&det, &wide, &persistent};
+  for (int i = 0; i < 3; i++) {
+    sdpa_bwd_plan *none = NULL;
+    ck_assert_int_eq(sdpa_bwd_plan_create_with(&none, rt, not_folds[i], &main_dq),
+                     SDPA_STATUS_NOT_SUPPORTED);
+    ck_assert_ptr_nonnull(strstr(sdpa_last_error(), "dq_writer main"));
+  }
   sdpa_runtime_destroy(rt);
 }
 END_TEST

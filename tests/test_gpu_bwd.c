@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "check_main.h"
+#include "../templates/sdpa_hopper_traits.h" /* sdpa_hopper_fold_covers */
 #include "gpu.h"
 #include "plan.h" /* the plan's launch graphs (launch_paths) */
 #include "reference.h"
@@ -572,6 +573,10 @@ static const case_spec matrix_specs[] = {
 };
 #define MATRIX_COUNT ((int)(sizeof matrix_specs / sizeof matrix_specs[0]))
 
+/* Matrix cases run_matrix leaves out where this returns nonzero (NULL:
+ * none). */
+static int (*matrix_skip)(const case_spec *) = NULL;
+
 /* Runs every `every`-th case of the matrix (both dtypes); the number of
  * failed cases. SDPA_TEST_MATRIX_EVERY=n thins it further (for slow runs
  * under the memory checkers). */
@@ -584,6 +589,7 @@ static int run_matrix(int every, const char *what) {
   for (int d = 0; d < 2; d++)
     for (int i = 0; i < MATRIX_COUNT; i++) {
       if ((d * MATRIX_COUNT + i) % every != 0) continue;
+      if (matrix_skip && matrix_skip(&matrix_specs[i])) continue;
       sdpa_dtype dtype = d == 0 ? SDPA_DTYPE_BF16 : SDPA_DTYPE_FP16;
       char label[80];
       snprintf(label, sizeof label, "%s %s %s", what, matrix_specs[i].name,
@@ -634,6 +640,34 @@ START_TEST(matrix_main_kernel) {
   test_options.family = SDPA_FAMILY_MMA;
   matrix_with(o, 2, "matrix, dQ by the main kernel");
   test_options.family = family;
+}
+END_TEST
+
+/* Whether the sm_90a main kernel cannot write dQ itself for spec. */
+static int fold_not_covered(const case_spec *s) {
+  const int dv = s->head_dim_v ? s->head_dim_v : s->head_dim;
+  return !sdpa_hopper_fold_covers(s->head_dim, dv, (int)s->layout, (int)s->mask,
+                                  s->deterministic);
+}
+
+/* Every case the sm_90a main kernel can write dQ for, with it writing dQ
+ * (options.dq_writer MAIN, the family forced: no convert launch; the
+ * query tiles counted in by the kv tiles that visit them, converted by
+ * the last one). */
+START_TEST(matrix_main_kernel_sm90a) {
+  if (gpu.arch != 90) {
+    printf("matrix_main_kernel_sm90a: skipped: sm_%d (the family needs sm_90)\n", gpu.arch);
+    return;
+  }
+  const sdpa_bwd_plan_options saved = test_options;
+  test_options = options_init();
+  test_options.dq_writer = SDPA_DQ_MAIN;
+  test_options.family = SDPA_FAMILY_HOPPER;
+  matrix_skip = fold_not_covered;
+  const int failures = run_matrix(1, "matrix, dQ by the sm_90a main kernel");
+  matrix_skip = NULL;
+  test_options = saved;
+  ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
 }
 END_TEST
 
@@ -1521,6 +1555,7 @@ static Suite *gpu_suite(void) {
   TCase *numerics = tcase_create("numerics");
   tcase_add_test(numerics, matrix);
   tcase_add_test(numerics, matrix_main_kernel);
+  tcase_add_test(numerics, matrix_main_kernel_sm90a);
   tcase_add_test(numerics, matrix_direct_launches);
   tcase_add_test(numerics, matrix_table_tiles);
   tcase_add_test(numerics, matrix_launch_groups);
