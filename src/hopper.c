@@ -132,6 +132,19 @@ sdpa_status sdpa_hopper_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_pla
   return SDPA_STATUS_SUCCESS;
 }
 
+int sdpa_hopper_split_heads(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o) {
+  return sdpa_hopper_head_chunks(d->heads_q / d->heads_kv, d->head_dim, (int)d->layout,
+                                 (int)d->mask, d->deterministic, o->head_chunks,
+                                 65535 / d->heads_kv);
+}
+
+int sdpa_hopper_fold_by_default(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o) {
+  return SDPA_HOPPER_FOLD_BY_DEFAULT && o->dq_writer == SDPA_DQ_DEFAULT &&
+         sdpa_hopper_fold_covers(d->head_dim, d->head_dim_v, (int)d->layout, (int)d->mask,
+                                 d->deterministic) &&
+         sdpa_hopper_split_heads(d, o) == 1;
+}
+
 int sdpa_hopper_block_threads(const sdpa_key_fields *f) {
   return sdpa_hopper_threads(config_of(f));
 }

@@ -30,6 +30,11 @@
  * bench/RESULTS.md), or only a plan that asks for it does (0). */
 #define SDPA_HOPPER_DETERMINISTIC_BY_DEFAULT 1
 
+/* Whether a plan that leaves options.dq_writer to the runtime (DEFAULT,
+ * SDPA_JIT_DQ_CONVERT unset) has the main kernel write dQ where the
+ * family can (sdpa_hopper_fold_by_default), or the convert kernel (0). */
+#define SDPA_HOPPER_FOLD_BY_DEFAULT 0
+
 /* 1 when the Hopper family runs `d` (resolved) with options `o`; `why`
  * gets a sentence either way ("covers this descriptor" or what it does
  * not cover: the arch, head dims, determinism under AUTO, the dQ writer,
@@ -41,6 +46,19 @@ int sdpa_hopper_covers(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, c
  * `f` and *smem_bytes (NOT_SUPPORTED past the arch's shared memory). */
 sdpa_status sdpa_hopper_config_select(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o,
                                       sdpa_key_fields *f, int *smem_bytes);
+
+/* The blocks a kv tile's query heads are split over in a Hopper plan of
+ * `d` (resolved) with options `o` whose dQ the convert kernel writes
+ * (sdpa_hopper_head_chunks; grid y at most 65535). */
+int sdpa_hopper_split_heads(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o);
+
+/* 1 when a Hopper plan of `d` (resolved) whose options `o` leave the dQ
+ * writer to the runtime has its main kernel write dQ: under
+ * SDPA_HOPPER_FOLD_BY_DEFAULT, where the kernel can
+ * (sdpa_hopper_fold_covers) and the plan would not split a kv tile's
+ * query heads over blocks (sdpa_hopper_head_chunks 1: their dK / dV go
+ * through the convert kernel). */
+int sdpa_hopper_fold_by_default(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o);
 
 /* Threads per block and blocks in x of the family's main kernel. */
 int sdpa_hopper_block_threads(const sdpa_key_fields *f);

@@ -587,13 +587,9 @@ static sdpa_status workspace_overflow(const sdpa_bwd_plan *plan) {
  * > 1, each adds its dK / dV in fp32 to the workspace's dkv_accum. Read
  * by size_workspace and plan_launch. */
 static void choose_head_chunks(sdpa_bwd_plan *plan) {
-  const sdpa_bwd_desc *d = &plan->desc;
   const sdpa_key_fields *c = &plan->fields;
   plan->head_chunks = c->family == SDPA_FAMILY_HOPPER && !c->fold_dq
-                          ? sdpa_hopper_head_chunks(d->heads_q / d->heads_kv, d->head_dim,
-                                                    (int)d->layout, (int)d->mask,
-                                                    d->deterministic, plan->options.head_chunks,
-                                                    65535 / d->heads_kv)
+                          ? sdpa_hopper_split_heads(&plan->desc, &plan->options)
                           : 1;
 }
 
@@ -758,6 +754,8 @@ static sdpa_status plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   }
   descriptor_fields(plan);
   if ((status = choose_family(plan))) goto done;
+  if (f->family == SDPA_FAMILY_HOPPER && sdpa_hopper_fold_by_default(d, &plan->options))
+    f->fold_dq = 1;
   if (f->family == SDPA_FAMILY_HOPPER)
     status = sdpa_hopper_config_select(d, &plan->options, f, &plan->smem_bytes);
   else
