@@ -40,7 +40,9 @@ static_assert(FOLD_WARPS * 4 + 12 <= SDPA_HOPPER_WORK_BYTES,
 #define FOLD_LAG SDPA_HOPPER_FOLD_LAG
 /* Measurement: 1 the consumers' reports stored relaxed (no release: no
  * memory barrier in their step); 2 as 1 with warp 3 idle (no counts, no
- * conversion: wrong results). */
+ * conversion: wrong results); 3 the counts released only, the block
+ * whose count completes a tile acquiring with a fence before converting
+ * it (no acquire, and no L1 invalidation, for the other counts). */
 #ifndef SDPA_HOPPER_FOLD_ABLATE
 #define SDPA_HOPPER_FOLD_ABLATE 0
 #endif
@@ -77,6 +79,15 @@ SDPA_DEVICE int atom_add_acq_rel_gpu(sdpa_i32 *counter) {
                : "memory");
   return old;
 }
+SDPA_DEVICE int atom_add_release_gpu(sdpa_i32 *counter) {
+  int old;
+  asm volatile("atom.release.gpu.global.add.s32 %0, [%1], 1;"
+               : "=r"(old)
+               : "l"(counter)
+               : "memory");
+  return old;
+}
+SDPA_DEVICE void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 #endif
 
 /* A consumer warp's reports, lane 0, released to warp 3 (the value: the
@@ -248,10 +259,12 @@ SDPA_DEVICE void fold_dq(const sdpa_kernel_params &p, u32 base, const unsigned c
       int h, it, first;
       fold_step_tile(w, st + lane, h, it);
       const int visitors = band_kv_visitors(w.band, it, HOP_M, HOP_N, w.sq, w.skv, first);
-      last = atom_add_acq_rel_gpu(q_tile_counter_of<unsigned long long>(p.semaphores, p, h, w.b,
-                                                                         it)) == visitors - 1;
+      sdpa_i32 *const counter = q_tile_counter_of<unsigned long long>(p.semaphores, p, h, w.b, it);
+      last = (SDPA_HOPPER_FOLD_ABLATE == 3 ? atom_add_release_gpu(counter)
+                                           : atom_add_acq_rel_gpu(counter)) == visitors - 1;
     }
     const unsigned todo = __ballot_sync(0xffffffffu, last);
+    if (SDPA_HOPPER_FOLD_ABLATE == 3 && todo) fence_acq_rel_gpu(); /* the other counts' adds */
     __syncwarp();
     if (lane == 0) state[2] = (int)todo;
     __syncwarp();
