@@ -666,8 +666,8 @@ static sdpa_status choose_family(sdpa_bwd_plan *plan) {
   return SDPA_STATUS_SUCCESS;
 }
 
-/* Sets the key fields the descriptor and options decide (all but the
- * tiles and `even`). */
+/* Sets the key fields the descriptor decides (not the family, the dQ
+ * writer, the tiles or `even`). */
 static void descriptor_fields(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
   sdpa_key_fields *f = &plan->fields;
@@ -679,7 +679,6 @@ static void descriptor_fields(sdpa_bwd_plan *plan) {
   f->layout = d->layout;
   f->mask = d->mask;
   f->deterministic = d->deterministic;
-  f->fold_dq = plan->options.dq_writer == SDPA_DQ_MAIN;
 }
 
 /* Creates a plan (sdpa_jit.h): validates, resolves the options, picks the
@@ -754,8 +753,9 @@ static sdpa_status plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   }
   descriptor_fields(plan);
   if ((status = choose_family(plan))) goto done;
-  if (f->family == SDPA_FAMILY_HOPPER && sdpa_hopper_fold_by_default(d, &plan->options))
-    f->fold_dq = 1;
+  /* who writes dQ: as asked, else the family's default */
+  f->fold_dq = plan->options.dq_writer == SDPA_DQ_MAIN ||
+               (f->family == SDPA_FAMILY_HOPPER && sdpa_hopper_fold_by_default(d, &plan->options));
   if (f->family == SDPA_FAMILY_HOPPER)
     status = sdpa_hopper_config_select(d, &plan->options, f, &plan->smem_bytes);
   else

@@ -61,12 +61,12 @@ static_assert(BAR_DQ_EMPTY(1) == BAR_DQ_FULL(0) + 24 && FOLD_BUFFERS <= 4 &&
 /* The reports' release and acquire, as atomics on shared memory: the
  * flags are read while written by design (compute-sanitizer's racecheck
  * reports plain loads and stores of them as hazards, not atomics). */
-SDPA_DEVICE void st_release_cta_shared(u32 addr, int v) {
+SDPA_DEVICE void flag_release_cta(u32 addr, int v) {
   asm volatile("{ .reg .b32 old; atom.release.cta.shared::cta.exch.b32 old, [%0], %1; }" ::"r"(addr),
                "r"(v)
                : "memory");
 }
-SDPA_DEVICE int ld_acquire_cta_shared(u32 addr) {
+SDPA_DEVICE int flag_acquire_cta(u32 addr) {
   int v;
   asm volatile("atom.acquire.cta.shared::cta.or.b32 %0, [%1], 0;" : "=r"(v) : "r"(addr) : "memory");
   return v;
@@ -104,7 +104,7 @@ SDPA_DEVICE void fold_publish(u32 base, int done) {
     *(volatile int *)shared_generic(base + SMEM_FOLD_PROGRESS + 4 * ((threadIdx.x >> 5) - 4)) = done;
     return;
   }
-  st_release_cta_shared(base + SMEM_FOLD_PROGRESS + 4 * ((threadIdx.x >> 5) - 4), done);
+  flag_release_cta(base + SMEM_FOLD_PROGRESS + 4 * ((threadIdx.x >> 5) - 4), done);
 #else
   (void)base, (void)done;
 #endif
@@ -248,7 +248,7 @@ SDPA_DEVICE void fold_dq(const sdpa_kernel_params &p, u32 base, const unsigned c
     int avail;
     do { /* the steps every consumer warp has done */
       int seen = 0x7fffffff;
-      if (lane < FOLD_WARPS) seen = ld_acquire_cta_shared(base + SMEM_FOLD_PROGRESS + 4 * lane);
+      if (lane < FOLD_WARPS) seen = flag_acquire_cta(base + SMEM_FOLD_PROGRESS + 4 * lane);
       avail = __reduce_min_sync(0xffffffffu, seen);
       if (avail <= state[0]) __nanosleep(64);
     } while (avail <= state[0]);

@@ -158,21 +158,15 @@ SDPA_DEVICE void tma_load_4d(u32 dst, const void *map, u32 bar, int c0, int c1, 
  * `src` into global `dst` (16-byte aligned), in this thread's bulk
  * group; committed at once (COMMIT), or left for bulk_commit to close
  * the group with the adds after it. */
+SDPA_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 template <bool COMMIT = true>
 SDPA_DEVICE void bulk_reduce_add_f32(float *dst, u32 src, u32 bytes) {
-  if (COMMIT)
-    asm volatile(
-        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-        "cp.async.bulk.commit_group;" ::"l"(dst),
-        "r"(src), "r"(bytes)
-        : "memory");
-  else
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::
-                     "l"(dst),
-                 "r"(src), "r"(bytes)
-                 : "memory");
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                   dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+  if (COMMIT) bulk_commit();
 }
-SDPA_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 /* Bulk copy of `bytes` (a multiple of 16) from global `src` into shared
  * `dst` (both 16-byte aligned), completing on mbarrier `bar`. */
 SDPA_DEVICE void bulk_load(u32 dst, const void *src, u32 bytes, u32 bar) {

@@ -573,14 +573,11 @@ static const case_spec matrix_specs[] = {
 };
 #define MATRIX_COUNT ((int)(sizeof matrix_specs / sizeof matrix_specs[0]))
 
-/* Matrix cases run_matrix leaves out where this returns nonzero (NULL:
- * none). */
-static int (*matrix_skip)(const case_spec *) = NULL;
-
-/* Runs every `every`-th case of the matrix (both dtypes); the number of
- * failed cases. SDPA_TEST_MATRIX_EVERY=n thins it further (for slow runs
- * under the memory checkers). */
-static int run_matrix(int every, const char *what) {
+/* Runs every `every`-th case of the matrix (both dtypes) but those `skip`
+ * (if not NULL) returns nonzero for; the number of failed cases.
+ * SDPA_TEST_MATRIX_EVERY=n thins it further (for slow runs under the
+ * memory checkers). */
+static int run_matrix(int every, const char *what, int (*skip)(const case_spec *)) {
   const char *every_env = getenv("SDPA_TEST_MATRIX_EVERY");
   if (every_env && atoi(every_env) > 1) every *= atoi(every_env);
   test_case *cases = calloc((size_t)(2 * MATRIX_COUNT), sizeof *cases);
@@ -589,7 +586,7 @@ static int run_matrix(int every, const char *what) {
   for (int d = 0; d < 2; d++)
     for (int i = 0; i < MATRIX_COUNT; i++) {
       if ((d * MATRIX_COUNT + i) % every != 0) continue;
-      if (matrix_skip && matrix_skip(&matrix_specs[i])) continue;
+      if (skip && skip(&matrix_specs[i])) continue;
       sdpa_dtype dtype = d == 0 ? SDPA_DTYPE_BF16 : SDPA_DTYPE_FP16;
       char label[80];
       snprintf(label, sizeof label, "%s %s %s", what, matrix_specs[i].name,
@@ -607,7 +604,7 @@ static int run_matrix(int every, const char *what) {
 }
 
 START_TEST(matrix) {
-  int failures = run_matrix(1, "matrix");
+  int failures = run_matrix(1, "matrix", NULL);
   ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
 }
 END_TEST
@@ -618,7 +615,7 @@ static void matrix_with(sdpa_bwd_plan_options o, int every, const char *what) {
   const sdpa_bwd_plan_options saved = test_options;
   o.family = saved.family;
   test_options = o;
-  int failures = run_matrix(every, what);
+  int failures = run_matrix(every, what, NULL);
   test_options = saved;
   ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
 }
@@ -663,9 +660,7 @@ START_TEST(matrix_main_kernel_sm90a) {
   test_options = options_init();
   test_options.dq_writer = SDPA_DQ_MAIN;
   test_options.family = SDPA_FAMILY_HOPPER;
-  matrix_skip = fold_not_covered;
-  const int failures = run_matrix(1, "matrix, dQ by the sm_90a main kernel");
-  matrix_skip = NULL;
+  const int failures = run_matrix(1, "matrix, dQ by the sm_90a main kernel", fold_not_covered);
   test_options = saved;
   ck_assert_msg(failures == 0, "%d matrix cases failed (see above)", failures);
 }
