@@ -342,7 +342,7 @@ typedef enum sdpa_switch {
   SDPA_SWITCH_OFF = 2
 } sdpa_switch;
 
-#define SDPA_BWD_PLAN_OPTIONS_VERSION 3 /* versions 1 and 2 (without the later fields) are accepted */
+#define SDPA_BWD_PLAN_OPTIONS_VERSION 4 /* versions 1 to 3 (without the later fields) are accepted */
 
 /* Choices of a plan beyond the descriptor: tuning and testing. Initialize
  * with SDPA_BWD_PLAN_OPTIONS_INIT; zero means "the runtime's default",
@@ -386,12 +386,21 @@ typedef struct sdpa_bwd_plan_options {
    * is taken (1: never split). 0: the library's rule. Any count is
    * correct; it changes the speed and the workspace size only. */
   int head_chunks;
+  /* Version 4. SDPA_JIT_TAIL_SPLIT: the Hopper family's grids of equal
+   * tiles (BSHD, no mask, not deterministic, head_dim <= 128 but the
+   * persistent keys) end with a partial wave; its tiles may each run as
+   * several blocks over shares of the query rows, summing dK / dV in fp32
+   * in the workspace. 0: the library's rule on the device's
+   * multiprocessors; 1: never split; n >= 2: the rule as if the device had
+   * n multiprocessors (testing: small grids split). Any value is correct;
+   * it changes the speed and the workspace size only. */
+  int tail_split;
 } sdpa_bwd_plan_options;
 
 #define SDPA_BWD_PLAN_OPTIONS_INIT                                            \
   {SDPA_BWD_PLAN_OPTIONS_VERSION, SDPA_FAMILY_AUTO, 0, 0, 0, 0,               \
    SDPA_DQ_DEFAULT, SDPA_SWITCH_DEFAULT, SDPA_SWITCH_DEFAULT, 0, 0,          \
-   SDPA_SWITCH_DEFAULT, 0}
+   SDPA_SWITCH_DEFAULT, 0, 0}
 
 /* Validates `desc`, picks the family and tiles for its arch and builds the
  * specialization key and workspace size. Needs no GPU (give an arch). On a

@@ -18,6 +18,7 @@
 #include "runtime.h"
 #include "status.h"
 #include "../templates/sdpa_params.h"
+#include "../templates/sdpa_hopper_traits.h" /* sdpa_hopper_tail_parts */
 
 #define ALIGNED(p, n) ((((uintptr_t)(p)) & ((n)-1)) == 0)
 
@@ -231,10 +232,30 @@ static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void 
    * is unknown */
   const long long persistent =
       hopper ? sdpa_hopper_persistent_grid(&plan->fields, main_x * heads_y, m->sm_count) : 0;
+  /* the last wave's split tiles (sdpa_hopper_tail_parts): a
+   * one-dimensional grid of the whole tiles, then each split tile's parts */
+  const int64_t tiles = main_x * heads_y;
+  int64_t main_blocks = 0;
+  if (plan->tail_cap > 0) {
+    const int sms = plan->options.tail_split >= 2 ? plan->options.tail_split : m->sm_count;
+    const int parts = sdpa_hopper_tail_parts(tiles, sms, plan->tail_steps,
+                                             plan->tail_query_tiles, plan->tail_cap);
+    const int64_t tail_tiles = parts > 1 ? tiles % sms : 0;
+    if (tail_tiles > 0 && tiles + tail_tiles * (parts - 1) <= INT32_MAX) {
+      p.tail_first = tiles - tail_tiles;
+      p.tail_parts = parts;
+      p.tail_tiles = (int)tail_tiles;
+      p.tail_acc = (float *)(ws + plan->ws_tail_acc);
+      p.tail_count = (sdpa_i32 *)(ws + plan->ws_tail_count);
+      main_blocks = tiles + tail_tiles * (parts - 1);
+    }
+  }
   if (main_x > 0)
     launches[count++] = (sdpa_launch){m->main, "launching sdpa_bwd_main",
-                                      persistent ? (unsigned)persistent : (unsigned)main_x,
-                                      persistent ? 1u : heads_y,
+                                      main_blocks    ? (unsigned)main_blocks
+                                      : persistent ? (unsigned)persistent
+                                                   : (unsigned)main_x,
+                                      main_blocks || persistent ? 1u : heads_y,
                                       (unsigned)plan->threads, (unsigned)plan->smem_bytes,
                                       hopper};
   if (!fold_dq && convert_x > 0) /* dQ where there are query rows; dK, dV when split */

@@ -140,6 +140,13 @@ void sdpa_options_read_defaults(sdpa_option_defaults *out) {
              "SDPA_JIT_HEAD_CHUNKS = \"%s\" is not valid: expected a count of "
              "blocks from 1 to 65535 to split a kv head's query heads over, or unset",
              env);
+  if ((env = getenv("SDPA_JIT_TAIL_SPLIT")) && *env &&
+      parse_int(env, 1, 65535, &v->tail_split) != 0)
+    snprintf(out->errors[SDPA_OPTION_TAIL_SPLIT], size,
+             "SDPA_JIT_TAIL_SPLIT = \"%s\" is not valid: expected 1 (never split the "
+             "last wave's tiles), a count of multiprocessors from 2 to 65535 to "
+             "apply the rule for, or unset (the device's)",
+             env);
   /* Testing only, and it was never validated: a value that is not an arch
    * of 80 or more leaves the tiles to the target's arch. */
   if ((env = getenv("SDPA_JIT_CONFIG_ARCH")) && *env &&
@@ -175,10 +182,11 @@ sdpa_status sdpa_options_resolve(const sdpa_option_defaults *defaults,
   const sdpa_bwd_plan_options *def = &defaults->values;
   sdpa_bwd_plan_options upgraded = none; /* an older struct, read up to its end */
   if (!given) given = &none;
-  if (given->version == 1 || given->version == 2) {
+  if (given->version >= 1 && given->version <= 3) {
     memcpy(&upgraded, given,
-           given->version == 1 ? offsetof(sdpa_bwd_plan_options, any_head_dim)
-                               : offsetof(sdpa_bwd_plan_options, head_chunks));
+           given->version == 1   ? offsetof(sdpa_bwd_plan_options, any_head_dim)
+           : given->version == 2 ? offsetof(sdpa_bwd_plan_options, head_chunks)
+                                 : offsetof(sdpa_bwd_plan_options, tail_split));
     upgraded.version = SDPA_BWD_PLAN_OPTIONS_VERSION;
     given = &upgraded;
   }
@@ -264,7 +272,12 @@ sdpa_status sdpa_options_resolve(const sdpa_option_defaults *defaults,
                           "or more, or 0 for the target's",
                           given->config_arch);
   if (given->config_arch == 0) out->config_arch = def->config_arch;
-  return resolve_count(defaults, SDPA_OPTION_HEAD_CHUNKS, "head_chunks", given->head_chunks,
-                       65535, "a count of blocks from 1 to 65535, or 0 for the library's rule",
-                       def->head_chunks, &out->head_chunks);
+  status = resolve_count(defaults, SDPA_OPTION_HEAD_CHUNKS, "head_chunks", given->head_chunks,
+                         65535, "a count of blocks from 1 to 65535, or 0 for the library's rule",
+                         def->head_chunks, &out->head_chunks);
+  if (status) return status;
+  return resolve_count(defaults, SDPA_OPTION_TAIL_SPLIT, "tail_split", given->tail_split, 65535,
+                       "1 (never split), a count of multiprocessors from 2 to 65535, or 0 "
+                       "for the device's",
+                       def->tail_split, &out->tail_split);
 }

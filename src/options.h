@@ -26,6 +26,7 @@ typedef enum sdpa_option_field {
   SDPA_OPTION_CONFIG_ARCH,
   SDPA_OPTION_ANY_HEAD_DIM,
   SDPA_OPTION_HEAD_CHUNKS,
+  SDPA_OPTION_TAIL_SPLIT,
   SDPA_OPTION_COUNT
 } sdpa_option_field;
 
@@ -39,8 +40,8 @@ typedef struct sdpa_option_defaults {
 
 /* Reads SDPA_JIT_FAMILY, SDPA_JIT_TILES, SDPA_JIT_DQ_CONVERT,
  * SDPA_JIT_SMALL_GRID, SDPA_JIT_GRAPHS, SDPA_JIT_ORDER_GROUP,
- * SDPA_JIT_CONFIG_ARCH and SDPA_JIT_ANY_HEAD_DIM into `out`. Never
- * fails. */
+ * SDPA_JIT_CONFIG_ARCH, SDPA_JIT_ANY_HEAD_DIM, SDPA_JIT_HEAD_CHUNKS and
+ * SDPA_JIT_TAIL_SPLIT into `out`. Never fails. */
 void sdpa_options_read_defaults(sdpa_option_defaults *out);
 
 /* Resolves `given` (NULL: every default) into `out`: each zero field takes

@@ -593,9 +593,33 @@ static void choose_head_chunks(sdpa_bwd_plan *plan) {
                           : 1;
 }
 
-/* Sizes the workspace of a plan whose desc, config, dQ writer and head
- * chunks are resolved (the writer decides whether the counters are
- * needed, the chunks whether dkv_accum is). */
+/* The last wave's split (sdpa_hopper_tail_parts, the launch's
+ * p.tail_*): where the key's kernel can split tiles
+ * (sdpa_hopper_tail_covers), no head chunks are planned and options
+ * .tail_split is not 1, the split tiles the workspace holds slots for (at
+ * most the tiles, SDPA_HOPPER_TAIL_MAX_TILES, or one fewer than the
+ * multiprocessors tail_split names), and a tile's steps and query tiles.
+ * Read by size_workspace and execute. */
+static void choose_tail(sdpa_bwd_plan *plan) {
+  const sdpa_bwd_desc *d = &plan->desc;
+  const sdpa_key_fields *c = &plan->fields;
+  plan->tail_cap = plan->tail_steps = plan->tail_query_tiles = 0;
+  if (c->family != SDPA_FAMILY_HOPPER || plan->head_chunks != 1 ||
+      plan->options.tail_split == 1 ||
+      !sdpa_hopper_tail_covers(d->head_dim, (int)d->layout, (int)d->mask, d->deterministic,
+                               c->fold_dq))
+    return;
+  const int64_t tiles = sdpa_hopper_blocks_x(c, d->seqlen_kv, d->batch) * d->heads_kv;
+  const int64_t most =
+      plan->options.tail_split >= 2 ? plan->options.tail_split - 1 : SDPA_HOPPER_TAIL_MAX_TILES;
+  plan->tail_cap = (int)(tiles < most ? tiles : most);
+  plan->tail_query_tiles = (d->seqlen_q + c->q_tile - 1) / c->q_tile;
+  plan->tail_steps = plan->tail_query_tiles * (d->heads_q / d->heads_kv);
+}
+
+/* Sizes the workspace of a plan whose desc, config, dQ writer, head
+ * chunks and tail slots are resolved (the writer decides whether the
+ * counters are needed, the chunks whether dkv_accum is). */
 static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
   const sdpa_key_fields *c = &plan->fields;
@@ -617,13 +641,19 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const int two = plan->dq_copies > 1;
   const int split = plan->head_chunks > 1;
   const int64_t dkv_accum[] = {plan->rows_kv, d->heads_kv, d->head_dim + d->head_dim_v, 4};
+  const int tail = plan->tail_cap > 0;
+  const int64_t tail_acc[] = {plan->tail_cap,
+                              sdpa_hopper_tail_slot_floats(d->head_dim, d->head_dim_v), 4};
+  const int64_t tail_count[] = {plan->tail_cap, 4};
   if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||
       add_region(&total, &plan->ws_dq_accum_copy, two ? dq_accum : none, two ? 5 : 1) ||
       add_region(&total, &plan->ws_delta, delta, 3) ||
       add_region(&total, &plan->ws_semaphores, counters ? semaphores : none, counters ? 4 : 1) ||
       add_region(&total, &plan->ws_semaphores_copy, counters && two ? semaphores : none,
                  counters && two ? 4 : 1) ||
-      add_region(&total, &plan->ws_dkv_accum, split ? dkv_accum : none, split ? 4 : 1))
+      add_region(&total, &plan->ws_dkv_accum, split ? dkv_accum : none, split ? 4 : 1) ||
+      add_region(&total, &plan->ws_tail_acc, tail ? tail_acc : none, tail ? 3 : 1) ||
+      add_region(&total, &plan->ws_tail_count, tail ? tail_count : none, tail ? 2 : 1))
     return workspace_overflow(plan);
   plan->workspace_bytes = total;
   return SDPA_STATUS_SUCCESS;
@@ -776,6 +806,7 @@ static sdpa_status plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
   f->even = d->layout == SDPA_LAYOUT_BSHD && d->seqlen_q % f->q_tile == 0 &&
             d->seqlen_kv % f->kv_tile == 0;
   choose_head_chunks(plan);
+  choose_tail(plan);
   if ((status = size_workspace(plan))) goto done;
   if ((status = sdpa_key_build(f, &plan->key))) goto done;
   if ((status = plan_launch(plan))) goto done;

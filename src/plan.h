@@ -39,12 +39,17 @@ struct sdpa_bwd_plan {
   size_t workspace_bytes;
   /* workspace carve (byte offsets; each 256-aligned) */
   size_t ws_dq_accum, ws_dq_accum_copy, ws_delta, ws_semaphores, ws_semaphores_copy,
-      ws_dkv_accum;
+      ws_dkv_accum, ws_tail_acc, ws_tail_count;
   int dq_copies;           /* sdpa_dq_copies of the key: 2 = the *_copy
                               regions are in use, else they are empty  */
   int head_chunks;         /* sdpa_hopper_head_chunks: > 1 = blocks a kv
                               tile's query heads are split over, the
                               dkv_accum region in use; else 1 (empty)  */
+  /* the last wave's split (sdpa_hopper_tail_parts): the split tiles the
+   * workspace has slots for (0: the plan never splits), and a tile's
+   * steps and query tiles; execute decides from the device's
+   * multiprocessors */
+  int tail_cap, tail_steps, tail_query_tiles;
   int64_t rows_q, rows_kv; /* rows the workspace is sized for          */
   int lse_packed_default;  /* LSE strides were all zero: under THD the
                               head stride is the launch's total_q       */

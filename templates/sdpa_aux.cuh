@@ -32,6 +32,7 @@
 #include "sdpa_mma.cuh"
 #include "sdpa_seq.cuh"
 #include "sdpa_traits.h"
+#include "sdpa_hopper_traits.h" /* sdpa_hopper_tail_slot_floats */
 
 #define D SDPA_HEAD_DIM
 #define DV SDPA_HEAD_DIM_V
@@ -54,7 +55,8 @@ SDPA_DEVICE sdpa_i32 *counters_of(const sdpa_kernel_params &p, int c) {
 /* ------------------------------------------------------------ preprocess */
 
 /* Zeroes dQacc (a grid-stride sweep over its dq_blocks) and the query
- * tiles' counters (when used), every copy of each; then PRE_LANES lanes
+ * tiles' counters (when used), every copy of each, dkv_accum and the
+ * split tiles' slots and counts where there are; then PRE_LANES lanes
  * per (row, head), 8 elements (16 bytes of O and of dO) a lane:
  * Delta = sum(dO * O) over DV.
  * Row-major items (head fastest) keep a warp's loads contiguous in BSHD
@@ -76,6 +78,12 @@ sdpa_bwd_preprocess(const sdpa_kernel_params p) {
         sdpa_i32 *sem = counters_of(p, c);
         for (sdpa_i64 i = gid; i < tiles; i += threads) sem[i] = 0;
       }
+    }
+    if (p.tail_parts > 1) { /* the split tiles' slots and their counts */
+      float4 *acc = (float4 *)p.tail_acc;
+      const sdpa_i64 m = p.tail_tiles * sdpa_hopper_tail_slot_floats(D, DV) / 4;
+      for (sdpa_i64 i = gid; i < m; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (sdpa_i64 i = gid; i < p.tail_tiles; i += threads) p.tail_count[i] = 0;
     }
     if (p.dkv_accum) {
       float4 *acc = (float4 *)p.dkv_accum;

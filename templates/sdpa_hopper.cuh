@@ -206,6 +206,16 @@ template <u32 LBO, u32 SBO> using SmemDescs = gmma_descs<LBO, SBO, SDPA_HOPPER_D
   SDPA_HOPPER_PERSISTENT_KERNEL(SDPA_HEAD_DIM, SDPA_LAYOUT, SDPA_MASK, SDPA_DETERMINISTIC)
 #endif
 
+/* The last wave's split tiles (sdpa_hopper_tail.cuh; the launch asks
+ * with p.tail_parts > 1 where sdpa_hopper_tail_covers): compiled into the
+ * keys the traits name, but for the measurement variants that change a
+ * tile's walk (STAGGER, PERSIST). */
+#define HOP_TAIL                                                                             \
+  (SDPA_HOPPER_TAIL_COVERS(SDPA_HEAD_DIM <= SDPA_HOPPER_WIDE_ABOVE, SDPA_HEAD_DIM, SDPA_LAYOUT, \
+                           SDPA_MASK, SDPA_DETERMINISTIC, SDPA_FOLD_DQ) &&                     \
+   !SDPA_HOPPER_STAGGER && !SDPA_HOPPER_PERSIST)
+static_assert(!HOP_TAIL || (!HOP_WIDE && !HOP_DQT), "the split tiles: the narrow kernel");
+
 /* Measurement only (bench_hopper --trace): SDPA_HOPPER_TRACE = N records,
  * for the first N blocks of the grid, SDPA_HOPPER_TRACE_SLOTS stamps in
  * the module's global sdpa_hopper_trace (block-major): 0 globaltimer at
@@ -268,6 +278,8 @@ struct Work {
   /* deterministic: whether the adds' order follows the rotation, and
    * dq_rank's constants: K / T, K % T, j % T, j / T */
   int rotate, rot_q, rot_r, rot_jm, rot_jd;
+  /* a split tile's part (-1: the whole tile) and slot (HOP_TAIL) */
+  int part, slot;
   sdpa_i64 q0, kv0;
   Band band;
 };
@@ -648,6 +660,9 @@ SDPA_DEVICE void write_dq(const sdpa_kernel_params &p, const Work &w, u32 base, 
 }
 
 #include "sdpa_hopper_fold.cuh" /* SDPA_FOLD_DQ: fold_dq (warp 3), fold_report_* */
+#if HOP_TAIL
+#include "sdpa_hopper_tail.cuh" /* tail_tile, tail_share, tail_merge */
+#endif
 
 /* -------------------------------------------------------------- consumer */
 
@@ -1257,6 +1272,13 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
   /* every GEMM of the tile has retired: the next tile's K and V may come */
   if (SDPA_HOPPER_PERSIST && w.steps > 0) mbar_arrive(base + BAR_KV_EMPTY);
   if (DQ_OUT && w.steps > 0) dq_send_step(w.steps - 1);
+#if HOP_TAIL
+  /* a split tile's part: its sums, stored by the last part */
+  if (w.part >= 0 && !tail_merge<D, DV>(p, w.slot, base, acc_dk, acc_dv)) {
+    if (SDPA_HOPPER_DQ_BULK) bulk_wait_read(); /* the staged dQ outlives the unit's reads */
+    return;
+  }
+#endif
   /* ---- epilogue: dK * scale, dV; rows < kv_valid. */
   finish_consumer<D, DV>(p, w, base, acc_dk, acc_dv, row0, 0, 0);
 }
@@ -1273,6 +1295,17 @@ SDPA_DEVICE void consume(const sdpa_kernel_params &p, const Work &w, u32 base,
 SDPA_DEVICE void make_work(const sdpa_kernel_params &p, unsigned bx, unsigned by, unsigned grid_x,
                            bool reporter, Work &w) {
   int j, hv;
+  w.part = -1;
+#if HOP_TAIL
+  if (p.tail_parts > 1) { /* one-dimensional: the tile's place in the x-major order */
+    sdpa_i64 tile;
+    w.part = tail_tile(p, bx, tile);
+    w.slot = (int)(tile - p.tail_first);
+    grid_x = (unsigned)((sdpa_i64)((p.seqlen_kv + HOP_N - 1) / HOP_N) * p.batch);
+    by = (unsigned)(tile / grid_x);
+    bx = (unsigned)(tile - (sdpa_i64)by * grid_x);
+  }
+#endif
   decode_block(p, bx, by, grid_x, j, w.b, hv);
   const int chunks = head_chunks(p), heads = p.group / chunks; /* query heads a block */
   w.hk = hv / chunks;
@@ -1295,6 +1328,9 @@ SDPA_DEVICE void make_work(const sdpa_kernel_params &p, unsigned bx, unsigned by
     w.it_lo = lo / HOP_M;
     w.it_hi = lo <= hi ? hi / HOP_M : w.it_lo - 1;
   }
+#if HOP_TAIL
+  if (w.part >= 0 && w.it_hi >= w.it_lo) tail_share(p, w);
+#endif
   w.steps = w.it_hi >= w.it_lo ? (w.it_hi - w.it_lo + 1) * heads : 0;
   /* SDPA_HOPPER_STAGGER (not deterministic plans, whose adds go in
    * kv-tile order): kv tile j starts at query tile it_lo + j * STAGGER

@@ -71,14 +71,6 @@ SDPA_DEVICE int flag_acquire_cta(u32 addr) {
   asm volatile("atom.acquire.cta.shared::cta.or.b32 %0, [%1], 0;" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
-SDPA_DEVICE int atom_add_acq_rel_gpu(sdpa_i32 *counter) {
-  int old;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;"
-               : "=r"(old)
-               : "l"(counter)
-               : "memory");
-  return old;
-}
 SDPA_DEVICE int atom_add_release_gpu(sdpa_i32 *counter) {
   int old;
   asm volatile("atom.release.gpu.global.add.s32 %0, [%1], 1;"
@@ -87,7 +79,6 @@ SDPA_DEVICE int atom_add_release_gpu(sdpa_i32 *counter) {
                : "memory");
   return old;
 }
-SDPA_DEVICE void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 #endif
 
 /* A consumer warp's reports, lane 0, released to warp 3 (the value: the

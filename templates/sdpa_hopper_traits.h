@@ -404,4 +404,63 @@ SDPA_HOPPER_TRAIT long long sdpa_hopper_persistent_blocks(long long tiles, int s
   return sm_count <= 0 ? 0 : tiles < sm_count ? tiles : sm_count;
 }
 
+/* The last wave's split (the launch's p.tail_*). A grid of equal tiles
+ * (one block a kv tile, no mask) on `sms` multiprocessors ends with its
+ * last tiles % sms blocks running while the other SMs idle: ~3% of the
+ * time at 15.5 waves (2048 tiles on 132 SMs: hd 128 at 16k tokens x 16
+ * heads). Those last R = tiles % sms tiles may instead run as `parts`
+ * blocks each, each over a share of the tile's query tiles, adding its
+ * dK / dV in fp32 to the tile's slot of the workspace; the last of them
+ * to finish stores the sum (sdpa_hopper.cuh, tail_merge). Where: the
+ * narrow kernel's one-block-a-tile keys (not the persistent ones, not the
+ * wide or transposed-dQ kernels), BSHD, no mask, not deterministic, dQ by
+ * the convert kernel; the plan adds that its head chunks are 1. The
+ * kernel tests the same expression with #if. */
+#define SDPA_HOPPER_TAIL_COVERS(narrow, head_dim, layout, mask, deterministic, fold)            \
+  ((narrow) && (layout) == 1 && (mask) == 0 && !(deterministic) && !(fold) &&                  \
+   !SDPA_HOPPER_PERSISTENT_KERNEL(head_dim, layout, mask, deterministic))
+SDPA_HOPPER_TRAIT int sdpa_hopper_tail_covers(int head_dim, int layout, int mask,
+                                              int deterministic, int fold) {
+  return SDPA_HOPPER_TAIL_COVERS(head_dim <= SDPA_HOPPER_WIDE_ABOVE, head_dim, layout, mask,
+                                 deterministic, fold);
+}
+
+/* Floats of a split tile's slot (tail_acc): the narrow kernel's 128 kv
+ * rows of dK and dV. */
+SDPA_HOPPER_TRAIT long long sdpa_hopper_tail_slot_floats(int head_dim, int head_dim_v) {
+  return 128LL * (head_dim + head_dim_v);
+}
+
+/* Tiles the workspace's split slots are sized for at most (the tail's
+ * tiles % sms: below the multiprocessors of any sm_90 part). */
+#define SDPA_HOPPER_TAIL_MAX_TILES 160
+/* A part's fixed cost in steps (the block's prologue: K and V, the first
+ * stages; its epilogue: the fp32 adds and the last part's reads). */
+#define SDPA_HOPPER_TAIL_PART_STEPS 2
+#define SDPA_HOPPER_TAIL_MAX_PARTS 8
+
+/* The parts each of the last tiles % sms tiles runs as (1: no split), for
+ * `tiles` equal tiles of `steps` steps over `query_tiles` query tiles on
+ * `sms` multiprocessors, at most `cap` split tiles: the count c in 2..8
+ * (at most the query tiles) that minimizes the tail's time, ceil(R c /
+ * sms) waves of a part (1 / c of a tile plus TAIL_PART_STEPS steps),
+ * where it is below the one wave of whole tiles it replaces. */
+SDPA_HOPPER_TRAIT int sdpa_hopper_tail_parts(long long tiles, int sms, int steps, int query_tiles,
+                                             int cap) {
+  if (sms <= 0 || tiles <= sms || steps <= 0) return 1;
+  const long long r = tiles % sms;
+  if (r == 0 || r > cap) return 1;
+  int best = 1;
+  double best_cost = 1.0;
+  for (int c = 2; c <= SDPA_HOPPER_TAIL_MAX_PARTS && c <= query_tiles; ++c) {
+    const long long waves = (r * c + sms - 1) / sms;
+    const double cost = (double)waves * (1.0 / c + (double)SDPA_HOPPER_TAIL_PART_STEPS / steps);
+    if (cost < best_cost - 1e-9) {
+      best = c;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 #endif /* SDPA_HOPPER_TRAITS_H */

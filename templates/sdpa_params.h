@@ -89,6 +89,17 @@ typedef struct sdpa_kernel_params {
    * null), which the convert kernel writes out */
   sdpa_i32 head_chunks;
   float *dkv_accum;
+  /* the last wave's split (sdpa_hopper_traits.h, sdpa_hopper_tail_parts):
+   * tail_parts > 1: the grid is one-dimensional, its first tail_first
+   * blocks the tiles in order, then tail_tiles tiles of tail_parts blocks
+   * each; tail_acc[slot][k][t] (slot = tile - tail_first, float4 k of
+   * consumer thread t: its dK fragments, then dV's) sums their dK / dV,
+   * tail_count[slot] their finished parts; both zeroed by the preprocess
+   * kernel. Else 0 / null. */
+  sdpa_i64 tail_first;
+  sdpa_i32 tail_parts, tail_tiles;
+  float *tail_acc;
+  sdpa_i32 *tail_count;
 } sdpa_kernel_params;
 
 /* Error flag bits (error_flag word). */

@@ -1131,6 +1131,117 @@ START_TEST(head_chunks) {
 }
 END_TEST
 
+/* The last wave's split (options.tail_split, SDPA_JIT_TAIL_SPLIT;
+ * sdpa_hopper_tail_parts): the parts of the rule for the tiles of a plan
+ * on `sms` multiprocessors, from the plan's slots, steps and query tiles. */
+static int tail_parts_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, int sms,
+                           size_t *slots_bytes) {
+  sdpa_bwd_plan *plan = make_with(d, o);
+  const long long tiles = (long long)plan->main_grid_x * d->heads_kv;
+  const int parts = plan->tail_cap > 0
+                        ? sdpa_hopper_tail_parts(tiles, sms, plan->tail_steps,
+                                                 plan->tail_query_tiles, plan->tail_cap)
+                        : 1;
+  if (slots_bytes)
+    *slots_bytes = plan->tail_cap > 0 ? sdpa_bwd_workspace_size(plan) - plan->ws_tail_acc : 0;
+  sdpa_bwd_plan_destroy(plan);
+  return parts;
+}
+
+START_TEST(tail_split) {
+  /* the rule alone: 2048 equal tiles of 32 steps on 132 SMs (hd 128,
+   * 16k tokens x 16 heads at S2k) leave 68 in the last wave: 5 parts
+   * (3 waves of fifths and their 2 steps, 0.79 of a tile, against 1;
+   * thirds 0.79 as well) */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 32, 32, SDPA_HOPPER_TAIL_MAX_TILES), 5);
+  /* S8k (128 steps): 7 parts (0.63) */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 128, 128, SDPA_HOPPER_TAIL_MAX_TILES), 7);
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 128, 32, 32, 160), 1);   /* whole waves */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(100, 132, 32, 32, 160), 1);    /* one wave */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 32, 32, 60), 1);    /* past the slots */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 32, 1, 160), 1);    /* one query tile */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(15 * 132 + 120, 132, 32, 32, 160), 1); /* nearly full */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 0, 32, 32, 160), 1);     /* SMs unknown */
+
+  sdpa_bwd_desc d = good();
+  d.arch = 90;
+  d.batch = 2;
+  d.heads_q = d.heads_kv = 2;
+  d.seqlen_q = d.seqlen_kv = 300;
+  d.head_dim = 128;
+  sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+  size_t slots = 0;
+  /* test_gpu_bwd's cases: 12 tiles on 10 SMs, 5 parts */
+  o.tail_split = 10;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 5);
+  /* slots for 9 tiles (one fewer than the SMs), their sums and counts */
+  ck_assert_uint_eq(slots, (size_t)9 * 128 * (128 + 128) * 4 + 256);
+  o.tail_split = 0;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 132, &slots), 1); /* one wave */
+  ck_assert_uint_eq(slots, (size_t)12 * 128 * 256 * 4 + 256); /* every tile at most */
+  d.batch = 1;
+  d.heads_q = 4;
+  d.heads_kv = 2;
+  d.seqlen_q = 333;
+  d.seqlen_kv = 290;
+  d.head_dim = 96;
+  o.tail_split = 4;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 4, NULL), 2);
+  d.batch = 2;
+  d.heads_q = d.heads_kv = 3;
+  d.seqlen_q = d.seqlen_kv = 400;
+  d.head_dim = 72;
+  d.head_dim_v = 40;
+  o.tail_split = 10;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 2);
+  ck_assert_uint_eq(slots, (size_t)9 * 128 * (72 + 40) * 4 + 256);
+  /* where the kernel cannot: no slots */
+  d.head_dim = 128;
+  d.head_dim_v = 0;
+  o.tail_split = 1; /* never */
+  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  ck_assert_uint_eq(slots, 0);
+  o.tail_split = 10;
+  d.mask = SDPA_MASK_CAUSAL_TOP_LEFT;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  d.mask = SDPA_MASK_NONE;
+  d.deterministic = 1;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  d.deterministic = 0;
+  d.head_dim = 64; /* the persistent kernel */
+  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  d.head_dim = 192; /* the wide kernel */
+  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  d.head_dim = 128;
+  o.dq_writer = SDPA_DQ_MAIN;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  o.dq_writer = SDPA_DQ_DEFAULT;
+  o.family = SDPA_FAMILY_MMA;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  o.family = SDPA_FAMILY_AUTO;
+  d.layout = SDPA_LAYOUT_THD;
+  d.max_total_q = d.max_total_kv = 1200;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  ck_assert_uint_eq(slots, 0);
+  d.layout = SDPA_LAYOUT_BSHD;
+  d.max_total_q = d.max_total_kv = 0;
+  /* the environment's default, and bad values */
+  runtime_with_env("SDPA_JIT_TAIL_SPLIT", "10");
+  ck_assert_int_eq(tail_parts_with(&d, NULL, 10, NULL), 2);
+  const char *bad[] = {"0", "-1", "2x", "70000"};
+  env_values_rejected(d, "SDPA_JIT_TAIL_SPLIT", bad, sizeof bad / sizeof bad[0],
+                      "from 2 to 65535");
+  o.tail_split = -1;
+  REJECT_WITH(d, o, INVALID_ARGUMENT, "options.tail_split = -1");
+  o.tail_split = 70000;
+  REJECT_WITH(d, o, INVALID_ARGUMENT, "options.tail_split = 70000");
+  /* a version 3 struct: tail_split is not read (the default: the device's) */
+  o.version = 3;
+  o.tail_split = 1;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 10, NULL), 2);
+}
+END_TEST
+
 /* The preprocess grid: 8 elements a lane cover every head_dim_v with a
  * power-of-two lane count that divides a warp, and the blocks cover every
  * (row, head) item with no block left without one. */
@@ -1234,6 +1345,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(tr, launch_graphs_setting);
   tcase_add_test(tr, launch_order_group);
   tcase_add_test(tr, head_chunks);
+  tcase_add_test(tr, tail_split);
   tcase_add_test(tr, runtime_options);
   tcase_add_test(tr, desc_arch_overrides_runtime);
   suite_add_tcase(s, tr);

@@ -710,6 +710,67 @@ START_TEST(matrix_split_heads) {
 }
 END_TEST
 
+/* The last wave's split tiles (options.tail_split n: the rule as if the
+ * device had n multiprocessors, so that these small grids split): each
+ * case with the n under which its plan splits its last tiles % n tiles
+ * (the parts asserted from the plan), the last kv tile partial in two,
+ * GQA in one; both dtypes, against the float64 reference. */
+typedef struct tail_spec {
+  case_spec spec;
+  int sms, parts; /* options.tail_split, the parts the rule gives */
+} tail_spec;
+static const tail_spec tail_specs[] = {
+    /* 12 tiles on 10: the last 2 as 5 parts of one query tile each */
+    {BSHD_CASE("tail_hd128", 2, 2, 2, 300, 300, 128, 0, NONE, 0, 0, 0, PACKED, LP, 0), 10, 5},
+    /* 6 tiles on 4, a group of 2: the last 2 in halves */
+    {BSHD_CASE("tail_hd96_gqa", 1, 4, 2, 333, 290, 96, 0, NONE, 0, 0, 0, PADDED, LPAD, 0), 4, 2},
+    /* 24 tiles on 10: the last 4 in halves (head_dim_v < head_dim) */
+    {BSHD_CASE("tail_hd72_hdv40", 2, 3, 3, 400, 400, 72, 40, NONE, 0, 0, 0, HEADS, LTOK, 0), 10,
+     2},
+};
+
+START_TEST(tail_split_sm90a) {
+  if (gpu.arch != 90) {
+    printf("tail_split_sm90a: skipped: sm_%d (the family needs sm_90)\n", gpu.arch);
+    return;
+  }
+  const sdpa_bwd_plan_options saved = test_options;
+  int failures = 0;
+  for (size_t i = 0; i < sizeof tail_specs / sizeof tail_specs[0]; i++) {
+    const tail_spec *t = &tail_specs[i];
+    test_options = options_init();
+    test_options.family = SDPA_FAMILY_HOPPER;
+    test_options.tail_split = t->sms;
+    test_case cases[2];
+    memset(cases, 0, sizeof cases);
+    for (int d = 0; d < 2; d++) {
+      char label[80];
+      snprintf(label, sizeof label, "tail split over %d SMs %s %s", t->sms, t->spec.name,
+               d ? "fp16" : "bf16");
+      case_init(&cases[d], &t->spec, d ? SDPA_DTYPE_FP16 : SDPA_DTYPE_BF16,
+                0x7a110000u + 2 * i + (uint64_t)d, label);
+    }
+    prepare_batch(cases, 2);
+    for (int d = 0; d < 2; d++) {
+      const sdpa_bwd_plan *plan = cases[d].plan;
+      ck_assert_msg(plan && plan->tail_cap > 0, "%s: the plan holds no split slots",
+                    t->spec.name);
+      const long long tiles = (long long)plan->main_grid_x * t->spec.heads_kv;
+      const int parts = sdpa_hopper_tail_parts(tiles, t->sms, plan->tail_steps,
+                                               plan->tail_query_tiles, plan->tail_cap);
+      ck_assert_msg(parts == t->parts, "%s: %d tiles on %d SMs split in %d parts, not %d",
+                    t->spec.name, (int)tiles, t->sms, parts, t->parts);
+    }
+    failures += run_batch(cases, 2, "");
+    for (int d = 0; d < 2; d++) case_free(&cases[d]);
+  }
+  test_options = saved;
+  printf("tail split: %d of %d cases failed\n", failures,
+         (int)(2 * sizeof tail_specs / sizeof tail_specs[0]));
+  ck_assert_msg(failures == 0, "%d split-tail cases failed (see above)", failures);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ sweep */
 
 static uint64_t fresh_seed(void) {
@@ -1555,6 +1616,7 @@ static Suite *gpu_suite(void) {
   tcase_add_test(numerics, matrix_table_tiles);
   tcase_add_test(numerics, matrix_launch_groups);
   tcase_add_test(numerics, matrix_split_heads);
+  tcase_add_test(numerics, tail_split_sm90a);
   tcase_add_test(numerics, random_sweep);
   suite_add_tcase(s, numerics);
   /* its own case: CK_RUN_CASE=deterministic runs it alone (sanitizers) */

@@ -268,7 +268,7 @@ class BwdPlanOptions(Struct):
     """sdpa_bwd_plan_options: tuning and testing choices beyond the
     descriptor (SDPA_BWD_PLAN_OPTIONS_INIT: all zero, "the runtime's
     default", but version)."""
-    _version_ = 3
+    _version_ = 4
     _fields_ = [
         ("version", ctypes.c_uint),
         ("family", c_enum),
@@ -283,6 +283,8 @@ class BwdPlanOptions(Struct):
         ("any_head_dim", c_enum),
         # version 3
         ("head_chunks", ctypes.c_int),
+        # version 4
+        ("tail_split", ctypes.c_int),
     ]
 
 
