@@ -435,8 +435,12 @@ SDPA_HOPPER_TRAIT long long sdpa_hopper_tail_slot_floats(int head_dim, int head_
  * tiles % sms: below the multiprocessors of any sm_90 part). */
 #define SDPA_HOPPER_TAIL_MAX_TILES 160
 /* A part's fixed cost in steps (the block's prologue: K and V, the first
- * stages; its epilogue: the fp32 adds and the last part's reads). */
-#define SDPA_HOPPER_TAIL_PART_STEPS 2
+ * stages; its epilogue: the fp32 adds of 128 KB at hd 128 and the last
+ * part's reads). Measured (H100, hd 128, 2048 tiles on 132 SMs): at 2
+ * the rule split S2k's 68 last tiles in 5 and gained nothing (528 TFLOP/s
+ * either way), where 2 steps predicted +1.3%: ~4 steps a part; 6 leaves
+ * the splits whose predicted gain survives twice that. */
+#define SDPA_HOPPER_TAIL_PART_STEPS 6
 #define SDPA_HOPPER_TAIL_MAX_PARTS 8
 
 /* The parts each of the last tiles % sms tiles runs as (1: no split), for

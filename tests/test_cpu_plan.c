@@ -1149,85 +1149,87 @@ static int tail_parts_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *
 }
 
 START_TEST(tail_split) {
-  /* the rule alone: 2048 equal tiles of 32 steps on 132 SMs (hd 128,
-   * 16k tokens x 16 heads at S2k) leave 68 in the last wave: 5 parts
-   * (3 waves of fifths and their 2 steps, 0.79 of a tile, against 1;
-   * thirds 0.79 as well) */
-  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 32, 32, SDPA_HOPPER_TAIL_MAX_TILES), 5);
-  /* S8k (128 steps): 7 parts (0.63) */
-  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 128, 128, SDPA_HOPPER_TAIL_MAX_TILES), 7);
-  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 128, 32, 32, 160), 1);   /* whole waves */
-  ck_assert_int_eq(sdpa_hopper_tail_parts(100, 132, 32, 32, 160), 1);    /* one wave */
-  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 32, 32, 60), 1);    /* past the slots */
-  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 32, 1, 160), 1);    /* one query tile */
-  ck_assert_int_eq(sdpa_hopper_tail_parts(15 * 132 + 120, 132, 32, 32, 160), 1); /* nearly full */
-  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 0, 32, 32, 160), 1);     /* SMs unknown */
+  /* the rule alone (SDPA_HOPPER_TAIL_PART_STEPS 6): 2048 equal tiles on
+   * 132 SMs (hd 128, 16k tokens x 16 heads) leave 68 in the last wave;
+   * at S2k (32 steps a tile) no split gains enough */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 32, 32, SDPA_HOPPER_TAIL_MAX_TILES), 1);
+  /* S8k (128 steps): fifths, 3 waves of them, 0.74 of a tile against 1;
+   * S16k: sevenths, 4 waves, 0.66 */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 128, 128, SDPA_HOPPER_TAIL_MAX_TILES), 5);
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 256, 256, SDPA_HOPPER_TAIL_MAX_TILES), 7);
+  /* 136 tiles (B 1, 17 heads, S1k): a second wave of 4 as 32 eighths */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(136, 132, 16, 16, 160), 8);
+  ck_assert_int_eq(sdpa_hopper_tail_parts(136, 132, 16, 4, 160), 4);      /* 4 query tiles */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 128, 128, 128, 160), 1);  /* whole waves */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(100, 132, 128, 128, 160), 1);   /* one wave */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 128, 128, 60), 1);   /* past the slots */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 132, 128, 1, 160), 1);    /* one query tile */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(15 * 132 + 120, 132, 128, 128, 160), 1); /* nearly full */
+  ck_assert_int_eq(sdpa_hopper_tail_parts(2048, 0, 128, 128, 160), 1);    /* SMs unknown */
 
   sdpa_bwd_desc d = good();
   d.arch = 90;
-  d.batch = 2;
+  d.batch = 1;
   d.heads_q = d.heads_kv = 2;
-  d.seqlen_q = d.seqlen_kv = 300;
+  d.seqlen_q = d.seqlen_kv = 1000;
   d.head_dim = 128;
   sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
   size_t slots = 0;
-  /* test_gpu_bwd's cases: 12 tiles on 10 SMs, 5 parts */
-  o.tail_split = 10;
-  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 5);
-  /* slots for 9 tiles (one fewer than the SMs), their sums and counts */
-  ck_assert_uint_eq(slots, (size_t)9 * 128 * (128 + 128) * 4 + 256);
+  /* test_gpu_bwd's cases: 16 tiles on 12 SMs, thirds */
+  o.tail_split = 12;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 12, &slots), 3);
+  /* slots for 11 tiles (one fewer than the SMs), their sums and counts */
+  ck_assert_uint_eq(slots, (size_t)11 * 128 * (128 + 128) * 4 + 256);
   o.tail_split = 0;
   ck_assert_int_eq(tail_parts_with(&d, &o, 132, &slots), 1); /* one wave */
-  ck_assert_uint_eq(slots, (size_t)12 * 128 * 256 * 4 + 256); /* every tile at most */
-  d.batch = 1;
+  ck_assert_uint_eq(slots, (size_t)16 * 128 * 256 * 4 + 256); /* every tile at most */
   d.heads_q = 4;
-  d.heads_kv = 2;
-  d.seqlen_q = 333;
-  d.seqlen_kv = 290;
+  d.seqlen_kv = 900;
   d.head_dim = 96;
-  o.tail_split = 4;
-  ck_assert_int_eq(tail_parts_with(&d, &o, 4, NULL), 2);
-  d.batch = 2;
+  o.tail_split = 13;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 13, NULL), 4);
   d.heads_q = d.heads_kv = 3;
-  d.seqlen_q = d.seqlen_kv = 400;
+  d.seqlen_q = d.seqlen_kv = 1100;
   d.head_dim = 72;
   d.head_dim_v = 40;
-  o.tail_split = 10;
-  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 2);
-  ck_assert_uint_eq(slots, (size_t)9 * 128 * (72 + 40) * 4 + 256);
+  o.tail_split = 20;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 20, &slots), 2);
+  ck_assert_uint_eq(slots, (size_t)19 * 128 * (72 + 40) * 4 + 256);
   /* where the kernel cannot: no slots */
+  d.heads_q = d.heads_kv = 2;
+  d.seqlen_q = d.seqlen_kv = 1000;
   d.head_dim = 128;
   d.head_dim_v = 0;
   o.tail_split = 1; /* never */
-  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  ck_assert_int_eq(tail_parts_with(&d, &o, 12, &slots), 1);
   ck_assert_uint_eq(slots, 0);
-  o.tail_split = 10;
+  o.tail_split = 12;
   d.mask = SDPA_MASK_CAUSAL_TOP_LEFT;
-  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  ck_assert_int_eq(tail_parts_with(&d, &o, 12, &slots), 1);
   d.mask = SDPA_MASK_NONE;
   d.deterministic = 1;
-  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  ck_assert_int_eq(tail_parts_with(&d, &o, 12, &slots), 1);
   d.deterministic = 0;
   d.head_dim = 64; /* the persistent kernel */
-  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  ck_assert_int_eq(tail_parts_with(&d, &o, 12, &slots), 1);
   d.head_dim = 192; /* the wide kernel */
-  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  ck_assert_int_eq(tail_parts_with(&d, &o, 12, &slots), 1);
   d.head_dim = 128;
   o.dq_writer = SDPA_DQ_MAIN;
-  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  ck_assert_int_eq(tail_parts_with(&d, &o, 12, &slots), 1);
   o.dq_writer = SDPA_DQ_DEFAULT;
   o.family = SDPA_FAMILY_MMA;
-  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  ck_assert_int_eq(tail_parts_with(&d, &o, 12, &slots), 1);
   o.family = SDPA_FAMILY_AUTO;
   d.layout = SDPA_LAYOUT_THD;
-  d.max_total_q = d.max_total_kv = 1200;
-  ck_assert_int_eq(tail_parts_with(&d, &o, 10, &slots), 1);
+  d.max_total_q = d.max_total_kv = 2000;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 12, &slots), 1);
   ck_assert_uint_eq(slots, 0);
   d.layout = SDPA_LAYOUT_BSHD;
   d.max_total_q = d.max_total_kv = 0;
   /* the environment's default, and bad values */
-  runtime_with_env("SDPA_JIT_TAIL_SPLIT", "10");
-  ck_assert_int_eq(tail_parts_with(&d, NULL, 10, NULL), 2);
+  runtime_with_env("SDPA_JIT_TAIL_SPLIT", "12");
+  ck_assert_int_eq(tail_parts_with(&d, NULL, 12, NULL), 3);
   const char *bad[] = {"0", "-1", "2x", "70000"};
   env_values_rejected(d, "SDPA_JIT_TAIL_SPLIT", bad, sizeof bad / sizeof bad[0],
                       "from 2 to 65535");
@@ -1238,7 +1240,7 @@ START_TEST(tail_split) {
   /* a version 3 struct: tail_split is not read (the default: the device's) */
   o.version = 3;
   o.tail_split = 1;
-  ck_assert_int_eq(tail_parts_with(&d, &o, 10, NULL), 2);
+  ck_assert_int_eq(tail_parts_with(&d, &o, 12, NULL), 3);
 }
 END_TEST
 

@@ -720,12 +720,12 @@ typedef struct tail_spec {
   int sms, parts; /* options.tail_split, the parts the rule gives */
 } tail_spec;
 static const tail_spec tail_specs[] = {
-    /* 12 tiles on 10: the last 2 as 5 parts of one query tile each */
-    {BSHD_CASE("tail_hd128", 2, 2, 2, 300, 300, 128, 0, NONE, 0, 0, 0, PACKED, LP, 0), 10, 5},
-    /* 6 tiles on 4, a group of 2: the last 2 in halves */
-    {BSHD_CASE("tail_hd96_gqa", 1, 4, 2, 333, 290, 96, 0, NONE, 0, 0, 0, PADDED, LPAD, 0), 4, 2},
-    /* 24 tiles on 10: the last 4 in halves (head_dim_v < head_dim) */
-    {BSHD_CASE("tail_hd72_hdv40", 2, 3, 3, 400, 400, 72, 40, NONE, 0, 0, 0, HEADS, LTOK, 0), 10,
+    /* 16 tiles on 12 SMs: the last 4 in thirds (the last kv tile partial) */
+    {BSHD_CASE("tail_hd128", 1, 2, 2, 1000, 1000, 128, 0, NONE, 0, 0, 0, PACKED, LP, 0), 12, 3},
+    /* 16 tiles on 13, a group of 2: the last 3 in quarters */
+    {BSHD_CASE("tail_hd96_gqa", 1, 4, 2, 1000, 900, 96, 0, NONE, 0, 0, 0, PADDED, LPAD, 0), 13, 4},
+    /* 27 tiles on 20: the last 7 in halves (head_dim_v < head_dim) */
+    {BSHD_CASE("tail_hd72_hdv40", 1, 3, 3, 1100, 1100, 72, 40, NONE, 0, 0, 0, HEADS, LTOK, 0), 20,
      2},
 };
 
