@@ -421,7 +421,8 @@ SDPA_API sdpa_status sdpa_bwd_plan_create_with(
 SDPA_API void sdpa_bwd_plan_destroy(sdpa_bwd_plan *plan);
 
 /* Device bytes execute needs as workspace (fp32 dQ accumulator, Delta,
- * flags), 256-byte aligned. Under THD sized from max_total_q/kv. */
+ * flags; where a plan may split tiles, their fp32 dK / dV slots),
+ * 256-byte aligned. Under THD sized from max_total_q/kv. */
 SDPA_API size_t sdpa_bwd_workspace_size(const sdpa_bwd_plan *plan);
 
 /* The canonical key text of the plan's kernel

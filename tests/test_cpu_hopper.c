@@ -168,9 +168,11 @@ START_TEST(family_choice_and_reasons) {
   sdpa_bwd_desc dqt = desc_for(SDPA_DTYPE_BF16, 192, SDPA_LAYOUT_BSHD, SDPA_MASK_NONE, 0, 0);
   dqt.head_dim_v = 128;
   const sdpa_bwd_desc *folds[] = {&d, &dqt};
+  sdpa_bwd_plan_options unsplit = hop; /* the counters against no split slots */
+  unsplit.tail_split = 1;
   for (int i = 0; i < 2; i++) {
     sdpa_bwd_plan *convert = NULL;
-    ck_assert_int_eq(sdpa_bwd_plan_create_with(&convert, rt, folds[i], &hop),
+    ck_assert_int_eq(sdpa_bwd_plan_create_with(&convert, rt, folds[i], &unsplit),
                      SDPA_STATUS_SUCCESS);
     ck_assert_msg(sdpa_bwd_plan_create_with(&plan, rt, folds[i], &main_dq) ==
                       SDPA_STATUS_SUCCESS,
