@@ -597,8 +597,9 @@ static void choose_head_chunks(sdpa_bwd_plan *plan) {
  * p.tail_*): where the key's kernel can split tiles
  * (sdpa_hopper_tail_covers), no head chunks are planned and options
  * .tail_split is not 1, the split tiles the workspace holds slots for (at
- * most the tiles, SDPA_HOPPER_TAIL_MAX_TILES, or one fewer than the
- * multiprocessors tail_split names), and a tile's steps and query tiles.
+ * most SDPA_HOPPER_TAIL_MAX_TILES and what any multiprocessor count, or
+ * the one tail_split names, leaves in a last wave), and a tile's steps
+ * and query tiles.
  * Read by size_workspace and execute. */
 static void choose_tail(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
@@ -609,10 +610,15 @@ static void choose_tail(sdpa_bwd_plan *plan) {
       !sdpa_hopper_tail_covers(d->head_dim, (int)d->layout, (int)d->mask, d->deterministic,
                                c->fold_dq))
     return;
+  /* the split tiles, tiles % sms of them where tiles > sms, are at most
+   * tiles - sms and sms - 1: with sms unknown until the module is loaded,
+   * at most half the tiles */
   const int64_t tiles = sdpa_hopper_blocks_x(c, d->seqlen_kv, d->batch) * d->heads_kv;
-  const int64_t most =
-      plan->options.tail_split >= 2 ? plan->options.tail_split - 1 : SDPA_HOPPER_TAIL_MAX_TILES;
-  plan->tail_cap = (int)(tiles < most ? tiles : most);
+  const int64_t sms = plan->options.tail_split;
+  int64_t most = sms >= 2 ? (sms - 1 < tiles - sms ? sms - 1 : tiles - sms) : (tiles - 1) / 2;
+  if (most > SDPA_HOPPER_TAIL_MAX_TILES) most = SDPA_HOPPER_TAIL_MAX_TILES;
+  if (most <= 0) return;
+  plan->tail_cap = (int)most;
   plan->tail_query_tiles = (d->seqlen_q + c->q_tile - 1) / c->q_tile;
   plan->tail_steps = plan->tail_query_tiles * (d->heads_q / d->heads_kv);
 }

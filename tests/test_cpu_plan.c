@@ -1178,11 +1178,22 @@ START_TEST(tail_split) {
   /* test_gpu_bwd's cases: 16 tiles on 12 SMs, thirds */
   o.tail_split = 12;
   ck_assert_int_eq(tail_parts_with(&d, &o, 12, &slots), 3);
-  /* slots for 11 tiles (one fewer than the SMs), their sums and counts */
-  ck_assert_uint_eq(slots, (size_t)11 * 128 * (128 + 128) * 4 + 256);
+  /* slots for 4 tiles (16 - 12: what 12 SMs leave), their sums and counts */
+  ck_assert_uint_eq(slots, (size_t)4 * 128 * (128 + 128) * 4 + 256);
   o.tail_split = 0;
   ck_assert_int_eq(tail_parts_with(&d, &o, 132, &slots), 1); /* one wave */
-  ck_assert_uint_eq(slots, (size_t)16 * 128 * 256 * 4 + 256); /* every tile at most */
+  ck_assert_uint_eq(slots, (size_t)7 * 128 * 256 * 4 + 256); /* any SMs: (16 - 1) / 2 */
+  d.batch = 2; /* 32 tiles: slots for min(12 - 1, 32 - 12), min(20 - 1, 32 - 20) */
+  o.tail_split = 12;
+  ck_assert_int_eq(tail_parts_with(&d, &o, 12, &slots), 1); /* 8 left, 2 waves of halves */
+  ck_assert_uint_eq(slots, (size_t)11 * 128 * 256 * 4 + 256);
+  o.tail_split = 20;
+  tail_parts_with(&d, &o, 20, &slots);
+  ck_assert_uint_eq(slots, (size_t)12 * 128 * 256 * 4 + 256);
+  o.tail_split = 40; /* one wave on 40: no slots */
+  ck_assert_int_eq(tail_parts_with(&d, &o, 40, &slots), 1);
+  ck_assert_uint_eq(slots, 0);
+  d.batch = 1;
   d.heads_q = 4;
   d.seqlen_kv = 900;
   d.head_dim = 96;
@@ -1194,7 +1205,7 @@ START_TEST(tail_split) {
   d.head_dim_v = 40;
   o.tail_split = 20;
   ck_assert_int_eq(tail_parts_with(&d, &o, 20, &slots), 2);
-  ck_assert_uint_eq(slots, (size_t)19 * 128 * (72 + 40) * 4 + 256);
+  ck_assert_uint_eq(slots, (size_t)7 * 128 * (72 + 40) * 4 + 256);
   /* where the kernel cannot: no slots */
   d.heads_q = d.heads_kv = 2;
   d.seqlen_q = d.seqlen_kv = 1000;
