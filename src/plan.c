@@ -620,7 +620,8 @@ static void choose_tail(sdpa_bwd_plan *plan) {
   if (most <= 0) return;
   plan->tail_cap = (int)most;
   plan->tail_query_tiles = (d->seqlen_q + c->q_tile - 1) / c->q_tile;
-  plan->tail_steps = plan->tail_query_tiles * (d->heads_q / d->heads_kv);
+  const int64_t steps = (int64_t)plan->tail_query_tiles * (d->heads_q / d->heads_kv);
+  plan->tail_steps = steps < INT32_MAX ? (int)steps : INT32_MAX;
 }
 
 /* Sizes the workspace of a plan whose desc, config, dQ writer, head
