@@ -238,8 +238,8 @@ static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void 
   int64_t main_blocks = 0;
   if (plan->tail_cap > 0) {
     const int sms = plan->options.tail_split >= 2 ? plan->options.tail_split : m->sm_count;
-    const int parts = sdpa_hopper_tail_parts(tiles, sms, plan->tail_steps,
-                                             plan->tail_query_tiles, plan->tail_cap);
+    const int parts =
+        sdpa_hopper_tail_parts(tiles, sms, sdpa_tail_steps(&p), p.q_tiles, plan->tail_cap);
     const int64_t tail_tiles = parts > 1 ? tiles % sms : 0;
     if (tail_tiles > 0 && tiles + tail_tiles * (parts - 1) <= INT32_MAX) {
       p.tail_first = tiles - tail_tiles;

@@ -598,13 +598,12 @@ static void choose_head_chunks(sdpa_bwd_plan *plan) {
  * (sdpa_hopper_tail_covers), no head chunks are planned and options
  * .tail_split is not 1, the split tiles the workspace holds slots for (at
  * most SDPA_HOPPER_TAIL_MAX_TILES and what any multiprocessor count, or
- * the one tail_split names, leaves in a last wave), and a tile's steps
- * and query tiles.
- * Read by size_workspace and execute. */
+ * the one tail_split names, leaves in a last wave). Read by
+ * size_workspace and execute. */
 static void choose_tail(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
   const sdpa_key_fields *c = &plan->fields;
-  plan->tail_cap = plan->tail_steps = plan->tail_query_tiles = 0;
+  plan->tail_cap = 0;
   if (c->family != SDPA_FAMILY_HOPPER || plan->head_chunks != 1 ||
       plan->options.tail_split == 1 ||
       !sdpa_hopper_tail_covers(d->head_dim, (int)d->layout, (int)d->mask, d->deterministic,
@@ -619,9 +618,11 @@ static void choose_tail(sdpa_bwd_plan *plan) {
   if (most > SDPA_HOPPER_TAIL_MAX_TILES) most = SDPA_HOPPER_TAIL_MAX_TILES;
   if (most <= 0) return;
   plan->tail_cap = (int)most;
-  plan->tail_query_tiles = (d->seqlen_q + c->q_tile - 1) / c->q_tile;
-  const int64_t steps = (int64_t)plan->tail_query_tiles * (d->heads_q / d->heads_kv);
-  plan->tail_steps = steps < INT32_MAX ? (int)steps : INT32_MAX;
+}
+
+int sdpa_tail_steps(const sdpa_kernel_params *p) {
+  const int64_t steps = (int64_t)p->q_tiles * p->group;
+  return steps < INT32_MAX ? (int)steps : INT32_MAX;
 }
 
 /* Sizes the workspace of a plan whose desc, config, dQ writer, head

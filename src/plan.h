@@ -46,10 +46,9 @@ struct sdpa_bwd_plan {
                               tile's query heads are split over, the
                               dkv_accum region in use; else 1 (empty)  */
   /* the last wave's split (sdpa_hopper_tail_parts): the split tiles the
-   * workspace has slots for (0: the plan never splits), and a tile's
-   * steps and query tiles; execute decides from the device's
-   * multiprocessors */
-  int tail_cap, tail_steps, tail_query_tiles;
+   * workspace has slots for (0: the plan never splits); execute decides
+   * from the device's multiprocessors and sdpa_tail_steps */
+  int tail_cap;
   int64_t rows_q, rows_kv; /* rows the workspace is sized for          */
   int lse_packed_default;  /* LSE strides were all zero: under THD the
                               head stride is the launch's total_q       */
@@ -74,6 +73,10 @@ struct sdpa_bwd_plan {
   /* execute's launch graphs, one per (context, stream) (launch.h) */
   sdpa_launch_graphs graphs;
 };
+
+/* A split-eligible tile's steps (its query tiles times the group's query
+ * heads, one block running them all: head chunks 1), at most INT32_MAX. */
+int sdpa_tail_steps(const sdpa_kernel_params *p);
 
 /* 16-row blocks of the dQ accumulator for `rows_q` query rows (layout in
  * templates/sdpa_params.h): BSHD batch * ceil(seqlen_q / 16); THD

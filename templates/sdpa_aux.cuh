@@ -63,6 +63,11 @@ SDPA_DEVICE sdpa_i32 *counters_of(const sdpa_kernel_params &p, int c) {
  * memory. Any grid is correct (warps stride over the items together);
  * the host's sdpa_aux_blocks() gives every lane one item. */
 #define PRE_LANES sdpa_aux_lanes(DV)
+/* Zeroes n float4 at dst, thread gid of `threads` (a grid-stride sweep). */
+SDPA_DEVICE void zero_f4(float *dst, sdpa_i64 n, sdpa_i64 gid, sdpa_i64 threads) {
+  float4 *const acc = (float4 *)dst;
+  for (sdpa_i64 i = gid; i < n; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
 extern "C" __global__ void __launch_bounds__(SDPA_AUX_THREADS)
 sdpa_bwd_preprocess(const sdpa_kernel_params p) {
   const sdpa_i64 gid = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -72,24 +77,17 @@ sdpa_bwd_preprocess(const sdpa_kernel_params p) {
     const sdpa_i64 tiles = (sdpa_i64)p.heads_q * p.batch * p.q_tiles;
 #pragma unroll 1
     for (int c = 0; c < DQ_COPIES; ++c) {
-      float4 *acc = (float4 *)dq_accum_of(p, c);
-      for (sdpa_i64 i = gid; i < n; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      zero_f4(dq_accum_of(p, c), n, gid, threads);
       if (SDPA_FOLD_DQ || SDPA_DETERMINISTIC) {
         sdpa_i32 *sem = counters_of(p, c);
         for (sdpa_i64 i = gid; i < tiles; i += threads) sem[i] = 0;
       }
     }
     if (p.tail_parts > 1) { /* the split tiles' slots and their counts */
-      float4 *acc = (float4 *)p.tail_acc;
-      const sdpa_i64 m = p.tail_tiles * sdpa_hopper_tail_slot_floats(D, DV) / 4;
-      for (sdpa_i64 i = gid; i < m; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      zero_f4(p.tail_acc, p.tail_tiles * sdpa_hopper_tail_slot_floats(D, DV) / 4, gid, threads);
       for (sdpa_i64 i = gid; i < p.tail_tiles; i += threads) p.tail_count[i] = 0;
     }
-    if (p.dkv_accum) {
-      float4 *acc = (float4 *)p.dkv_accum;
-      const sdpa_i64 m = p.rows_kv * p.heads_kv * ((D + DV) / 4);
-      for (sdpa_i64 i = gid; i < m; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    if (p.dkv_accum) zero_f4(p.dkv_accum, p.rows_kv * p.heads_kv * ((D + DV) / 4), gid, threads);
   }
   const int lane = threadIdx.x & 31, part = lane % PRE_LANES;
   const sdpa_i64 items = p.rows_q * p.heads_q;

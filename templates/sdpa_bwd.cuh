@@ -300,18 +300,6 @@ SDPA_DEVICE void convert_tile(const sdpa_kernel_params &p, const CtaWork &w, int
   }
 }
 
-/* Release of one CTA's reductions into a query tile: adds 1 to the tile's
- * counter as a gpu-scope release (a barrier before it ordered every
- * thread's reductions); returns the count before. */
-SDPA_DEVICE int arrive(sdpa_i32 *counter) {
-  int old;
-  asm volatile("atom.release.gpu.global.add.s32 %0, [%1], 1;"
-               : "=r"(old) : "l"(counter) : "memory");
-  return old;
-}
-
-SDPA_DEVICE void acquire_fence() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
 /* The main kernel's end when it writes dQ (SDPA_FOLD_DQ). Kv tile 0's CTA
  * (one exists for every sequence) writes dq = 0 into the query tiles no
  * kv tile sees. Then the CTA counts itself into the counter of every
@@ -375,8 +363,10 @@ __device__ __noinline__ void fold_dq_end(const sdpa_kernel_params p, unsigned ch
       const bool mine = w.j == first + visitors - 1;
 #else
       sdpa_i32 *counter = q_tile_counter(p, w.hk * p.group + s / span, w.b, sit);
-      const bool mine = arrive(counter) + 1 == visitors;
-      if (mine) acquire_fence(); /* the other visitors' reductions */
+      /* the release of this CTA's reductions (a barrier before it ordered
+       * every thread's) */
+      const bool mine = atom_add_release_gpu(counter) + 1 == visitors;
+      if (mine) fence_acq_rel_gpu(); /* the other visitors' reductions */
 #endif
       if (mine) list[1 + atomicAdd(&list[0], 1)] = s;
     }

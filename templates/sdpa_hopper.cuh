@@ -1301,7 +1301,7 @@ SDPA_DEVICE void make_work(const sdpa_kernel_params &p, unsigned bx, unsigned by
     sdpa_i64 tile;
     w.part = tail_tile(p, bx, tile);
     w.slot = (int)(tile - p.tail_first);
-    grid_x = (unsigned)((sdpa_i64)((p.seqlen_kv + HOP_N - 1) / HOP_N) * p.batch);
+    grid_x = (unsigned)sdpa_hopper_grid_x(HOP_CFG, p.seqlen_kv, p.batch);
     by = (unsigned)(tile / grid_x);
     bx = (unsigned)(tile - (sdpa_i64)by * grid_x);
   }

@@ -71,14 +71,6 @@ SDPA_DEVICE int flag_acquire_cta(u32 addr) {
   asm volatile("atom.acquire.cta.shared::cta.or.b32 %0, [%1], 0;" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
-SDPA_DEVICE int atom_add_release_gpu(sdpa_i32 *counter) {
-  int old;
-  asm volatile("atom.release.gpu.global.add.s32 %0, [%1], 1;"
-               : "=r"(old)
-               : "l"(counter)
-               : "memory");
-  return old;
-}
 #endif
 
 /* A consumer warp's reports, lane 0, released to warp 3 (the value: the

@@ -31,7 +31,8 @@ SDPA_DEVICE void tail_share(const sdpa_kernel_params &p, Work &w) {
 
 /* A consumer thread's dK / dV fragments (NK / 2 then NV / 2 floats, as
  * float4 pieces k) added to split tile `slot`'s sums at piece k of
- * consumer thread t: tail_acc[slot][k][t]. Then, once both consumers'
+ * consumer thread t: tail_acc[slot][k][t] (a warp's 32 float4 of piece k
+ * contiguous, as red_frag adds them). Then, once both consumers'
  * adds are in, one thread counts the part done; the last part's threads
  * read the sums back into dk / dv and return true (the caller stores
  * them); the others return false. The count's acquire-release (and the
@@ -41,15 +42,14 @@ SDPA_DEVICE bool tail_merge(const sdpa_kernel_params &p, int slot, u32 base,
                             float (&dk)[NK / 2], float (&dv)[NV / 2]) {
   static_assert(NK % 8 == 0 && NV % 8 == 0, "float4 pieces of each");
   constexpr int PIECES = (NK + NV) / 8;
-  const int t = (int)threadIdx.x - 128; /* consumer thread */
-  float *const at =
-      p.tail_acc + (sdpa_i64)slot * sdpa_hopper_tail_slot_floats(D, DV) + 4 * t;
+  const int t = (int)threadIdx.x - 128, lane = t & 31; /* consumer thread */
+  float *const warp_at =
+      p.tail_acc + (sdpa_i64)slot * sdpa_hopper_tail_slot_floats(D, DV) + 4 * (t - lane);
+  float *const at = warp_at + 4 * lane;
 #pragma unroll
   for (int k = 0; k < PIECES; ++k) {
     float *const x = k < NK / 8 ? &dk[4 * k] : &dv[4 * (k - NK / 8)];
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(at + k * 4 * CONSUMER_THREADS),
-                 "f"(x[0]), "f"(x[1]), "f"(x[2]), "f"(x[3])
-                 : "memory");
+    red_frag(warp_at + k * 4 * CONSUMER_THREADS, lane, *reinterpret_cast<const float(*)[4]>(x));
   }
   fence_acq_rel_gpu();
   named_barrier_sync_unaligned(1, CONSUMER_THREADS);

@@ -93,6 +93,26 @@ SDPA_DEVICE sdpa_i32 *q_tile_counter_of(sdpa_i32 *counters, const sdpa_kernel_pa
 SDPA_DEVICE sdpa_i32 *q_tile_counter(const sdpa_kernel_params &p, int h, int b, int it) {
   return q_tile_counter_of(p.semaphores, p, h, b, it);
 }
+/* A counter's add of 1 at gpu scope, release or acquire-release
+ * (returns the count before), and the fence of acquire-release strength. */
+SDPA_DEVICE int atom_add_release_gpu(sdpa_i32 *counter) {
+  int old;
+  asm volatile("atom.release.gpu.global.add.s32 %0, [%1], 1;"
+               : "=r"(old)
+               : "l"(counter)
+               : "memory");
+  return old;
+}
+SDPA_DEVICE int atom_add_acq_rel_gpu(sdpa_i32 *counter) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;"
+               : "=r"(old)
+               : "l"(counter)
+               : "memory");
+  return old;
+}
+SDPA_DEVICE void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
 SDPA_DEVICE void dq_turn_wait(const sdpa_i32 *sem, int rank) {
   int seen;
   do {

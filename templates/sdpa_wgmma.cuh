@@ -195,18 +195,6 @@ SDPA_DEVICE void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::
 template <int PENDING> SDPA_DEVICE void bulk_wait_but() {
   asm volatile("cp.async.bulk.wait_group %0;" ::"n"(PENDING) : "memory");
 }
-/* A counter's add at gpu scope, acquire and release (returns the old
- * value), and the fence of the same strength. */
-SDPA_DEVICE int atom_add_acq_rel_gpu(sdpa_i32 *counter) {
-  int old;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;"
-               : "=r"(old)
-               : "l"(counter)
-               : "memory");
-  return old;
-}
-SDPA_DEVICE void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
 SDPA_DEVICE void st_shared_v4(u32 addr, float a, float b, float c, float d) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c),
                "f"(d)

@@ -111,6 +111,14 @@ static void env_values_rejected(sdpa_bwd_desc d, const char *name, const char *c
   runtime_with_env(name, NULL);
 }
 
+/* A count variable of 1 to 65535 (the head chunks, the tail split): 0,
+ * -1, a trailing letter and 70000 each rejected as env_values_rejected
+ * says, naming `allowed`. */
+static void count_env_rejected(sdpa_bwd_desc d, const char *name, const char *allowed) {
+  static const char *const bad[] = {"0", "-1", "2x", "70000"};
+  env_values_rejected(d, name, bad, sizeof bad / sizeof bad[0], allowed);
+}
+
 /* Plan options with one field set. */
 static sdpa_bwd_plan_options options_dq(sdpa_dq_writer w) {
   sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
@@ -1118,9 +1126,7 @@ START_TEST(head_chunks) {
   d.heads_kv = 2;
   runtime_with_env("SDPA_JIT_HEAD_CHUNKS", "2");
   ck_assert_int_eq(chunks_with(&d, NULL, NULL), 2);
-  const char *bad[] = {"0", "-1", "2x", "70000"};
-  env_values_rejected(d, "SDPA_JIT_HEAD_CHUNKS", bad, sizeof bad / sizeof bad[0],
-                      "from 1 to 65535");
+  count_env_rejected(d, "SDPA_JIT_HEAD_CHUNKS", "from 1 to 65535");
   o.head_chunks = -1;
   REJECT_WITH(d, o, INVALID_ARGUMENT, "options.head_chunks = -1");
   /* a version 2 struct: head_chunks is not read (the default) */
@@ -1139,8 +1145,8 @@ static int tail_parts_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *
   sdpa_bwd_plan *plan = make_with(d, o);
   const long long tiles = (long long)plan->main_grid_x * d->heads_kv;
   const int parts = plan->tail_cap > 0
-                        ? sdpa_hopper_tail_parts(tiles, sms, plan->tail_steps,
-                                                 plan->tail_query_tiles, plan->tail_cap)
+                        ? sdpa_hopper_tail_parts(tiles, sms, sdpa_tail_steps(&plan->params),
+                                                 plan->params.q_tiles, plan->tail_cap)
                         : 1;
   if (slots_bytes)
     *slots_bytes = plan->tail_cap > 0 ? sdpa_bwd_workspace_size(plan) - plan->ws_tail_acc : 0;
@@ -1241,9 +1247,7 @@ START_TEST(tail_split) {
   /* the environment's default, and bad values */
   runtime_with_env("SDPA_JIT_TAIL_SPLIT", "12");
   ck_assert_int_eq(tail_parts_with(&d, NULL, 12, NULL), 3);
-  const char *bad[] = {"0", "-1", "2x", "70000"};
-  env_values_rejected(d, "SDPA_JIT_TAIL_SPLIT", bad, sizeof bad / sizeof bad[0],
-                      "from 2 to 65535");
+  count_env_rejected(d, "SDPA_JIT_TAIL_SPLIT", "from 2 to 65535");
   o.tail_split = -1;
   REJECT_WITH(d, o, INVALID_ARGUMENT, "options.tail_split = -1");
   o.tail_split = 70000;

@@ -756,8 +756,8 @@ START_TEST(tail_split_sm90a) {
       ck_assert_msg(plan && plan->tail_cap > 0, "%s: the plan holds no split slots",
                     t->spec.name);
       const long long tiles = (long long)plan->main_grid_x * t->spec.heads_kv;
-      const int parts = sdpa_hopper_tail_parts(tiles, t->sms, plan->tail_steps,
-                                               plan->tail_query_tiles, plan->tail_cap);
+      const int parts = sdpa_hopper_tail_parts(tiles, t->sms, sdpa_tail_steps(&plan->params),
+                                               plan->params.q_tiles, plan->tail_cap);
       ck_assert_msg(parts == t->parts, "%s: %d tiles on %d SMs split in %d parts, not %d",
                     t->spec.name, (int)tiles, t->sms, parts, t->parts);
     }
