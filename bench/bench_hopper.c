@@ -45,6 +45,9 @@
  *   --runs N          timed runs per case (default 20)
  *   --order-group N   (sequence, kv head) pairs per group of the masked
  *                     launch order (default: the plan's rule, 256 blocks)
+ *   --batch-order     THD without a mask: launch the sequences in batch
+ *                     order instead of the library's longest first
+ *                     (sdpa_hopper_longest_first)
  *   --memory ORDER    bshd (default: [B, S, H, D], packed BSHD) or bhsd
  *                     ([B, H, S, D]: the same BSHD descriptor with other
  *                     strides) for the BSHD problems
@@ -103,6 +106,7 @@ static const char *cubin_dir; /* --cubin-dir: each key's cubin is written there 
 static int blocks_given; /* --blocks N: a persistent kernel's blocks (else one an SM) */
 static int extra_define_count;
 static int order_group_given; /* --order-group; 0: the plan's rule */
+static int batch_order;       /* --batch-order: no longest-first order */
 static int memory_bhsd;       /* --memory bhsd: BSHD problems in [B, H, S, D] memory */
 static const char *trace_dir; /* --trace: each timed case's block stamps go there */
 #define TRACE_BLOCKS 16384
@@ -578,7 +582,13 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
   const size_t delta_bytes = (size_t)(p->rows_q > 0 ? p->rows_q : 1) * c->heads_q * 4;
   const size_t counter_bytes =
       fold_defined() ? (size_t)c->heads_q * c->batch * (p->q_tiles > 0 ? p->q_tiles : 1) * 4 : 0;
-  L->workspace_bytes = align256(dq_bytes) + align256(delta_bytes) + align256(counter_bytes);
+  const size_t order_bytes =
+      !batch_order && sdpa_hopper_longest_first((int)c->layout, (int)c->mask, 0, fold_defined(),
+                                                c->batch)
+          ? (size_t)c->batch * 4
+          : 0;
+  L->workspace_bytes = align256(dq_bytes) + align256(delta_bytes) + align256(counter_bytes) +
+                       align256(order_bytes);
   if ((status = sdpa_gpu_alloc(&gpu, L->workspace_bytes, &L->workspace)) ||
       (status = sdpa_gpu_alloc(&gpu, 256, &L->error_flag)))
     return status;
@@ -587,6 +597,10 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
   p->semaphores = counter_bytes ? (sdpa_i32 *)(uintptr_t)(L->workspace + align256(dq_bytes) +
                                                            align256(delta_bytes))
                                 : NULL;
+  p->seq_order = order_bytes ? (sdpa_i32 *)(uintptr_t)(L->workspace + align256(dq_bytes) +
+                                                      align256(delta_bytes) +
+                                                      align256(counter_bytes))
+                              : NULL;
   p->error_flag = (sdpa_i32 *)(uintptr_t)L->error_flag;
   if ((status = sdpa_gpu_upload(&gpu, L->error_flag, &(int32_t){0}, 4))) return status;
 
@@ -1411,7 +1425,7 @@ static void usage(void) {
          "                    [--case SUBSTR]...\n"
          "                    [--no-twin] [--define NAME=VALUE]... [--runs N] [--seed N]\n"
          "                    [--blocks N]\n"
-         "                    [--order-group N] [--memory bshd|bhsd]\n"
+         "                    [--order-group N] [--batch-order] [--memory bshd|bhsd]\n"
          "                    [--cubin-dir DIR] [--trace DIR]\n");
 }
 
@@ -1442,6 +1456,7 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--order-group") && i + 1 < argc) order_group_given = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--batch-order")) batch_order = 1;
     else if (!strcmp(argv[i], "--memory") && i + 1 < argc) memory_bhsd = !strcmp(argv[++i], "bhsd");
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) base_seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--cubin-dir") && i + 1 < argc) cubin_dir = argv[++i];

@@ -342,7 +342,7 @@ typedef enum sdpa_switch {
   SDPA_SWITCH_OFF = 2
 } sdpa_switch;
 
-#define SDPA_BWD_PLAN_OPTIONS_VERSION 4 /* versions 1 to 3 (without the later fields) are accepted */
+#define SDPA_BWD_PLAN_OPTIONS_VERSION 5 /* versions 1 to 4 (without the later fields) are accepted */
 
 /* Choices of a plan beyond the descriptor: tuning and testing. Initialize
  * with SDPA_BWD_PLAN_OPTIONS_INIT; zero means "the runtime's default",
@@ -395,12 +395,20 @@ typedef struct sdpa_bwd_plan_options {
    * n multiprocessors (testing: small grids split). Any value is correct;
    * it changes the speed and the workspace size only. */
   int tail_split;
+  /* Version 5. SDPA_JIT_LONGEST_FIRST (1, 0): ON (the default) the Hopper
+   * family's THD grids without a mask (not deterministic, dQ by the
+   * convert kernel) launch their tiles sequence by sequence, the longest
+   * query sequence first (the order worked out on the device by the
+   * preprocess kernel from cu_seqlens_q, for batches of at most 512
+   * sequences), so that the long tiles do not end the grid; OFF: batch
+   * order. Either is correct; it changes the speed only. */
+  sdpa_switch longest_first;
 } sdpa_bwd_plan_options;
 
 #define SDPA_BWD_PLAN_OPTIONS_INIT                                            \
   {SDPA_BWD_PLAN_OPTIONS_VERSION, SDPA_FAMILY_AUTO, 0, 0, 0, 0,               \
    SDPA_DQ_DEFAULT, SDPA_SWITCH_DEFAULT, SDPA_SWITCH_DEFAULT, 0, 0,          \
-   SDPA_SWITCH_DEFAULT, 0, 0}
+   SDPA_SWITCH_DEFAULT, 0, 0, SDPA_SWITCH_DEFAULT}
 
 /* Validates `desc`, picks the family and tiles for its arch and builds the
  * specialization key and workspace size. Needs no GPU (give an arch). On a

@@ -128,6 +128,16 @@ void sdpa_options_read_defaults(sdpa_option_defaults *out) {
                 out->errors[SDPA_OPTION_ANY_HEAD_DIM], size);
     v->any_head_dim = (sdpa_switch)w;
   }
+  {
+    static const char *const values[2] = {"1", "0"};
+    static const char *const meanings[2] = {
+        "the Hopper family's unmasked THD grids launch the longest query sequence first",
+        "in batch order"};
+    int w = 0;
+    read_choice("SDPA_JIT_LONGEST_FIRST", values, meanings, SDPA_SWITCH_ON, SDPA_SWITCH_OFF,
+                &w, out->errors[SDPA_OPTION_LONGEST_FIRST], size);
+    v->longest_first = (sdpa_switch)w;
+  }
   if ((env = getenv("SDPA_JIT_ORDER_GROUP")) && *env &&
       parse_int(env, 1, 0x7fffffff, &v->order_group) != 0)
     snprintf(out->errors[SDPA_OPTION_ORDER_GROUP], size,
@@ -182,11 +192,12 @@ sdpa_status sdpa_options_resolve(const sdpa_option_defaults *defaults,
   const sdpa_bwd_plan_options *def = &defaults->values;
   sdpa_bwd_plan_options upgraded = none; /* an older struct, read up to its end */
   if (!given) given = &none;
-  if (given->version >= 1 && given->version <= 3) {
+  if (given->version >= 1 && given->version <= 4) {
     memcpy(&upgraded, given,
            given->version == 1   ? offsetof(sdpa_bwd_plan_options, any_head_dim)
            : given->version == 2 ? offsetof(sdpa_bwd_plan_options, head_chunks)
-                                 : offsetof(sdpa_bwd_plan_options, tail_split));
+           : given->version == 3 ? offsetof(sdpa_bwd_plan_options, tail_split)
+                                 : offsetof(sdpa_bwd_plan_options, longest_first));
     upgraded.version = SDPA_BWD_PLAN_OPTIONS_VERSION;
     given = &upgraded;
   }
@@ -247,7 +258,9 @@ sdpa_status sdpa_options_resolve(const sdpa_option_defaults *defaults,
        &out->small_grid},
       {"graphs", given->graphs, def->graphs, SDPA_OPTION_GRAPHS, &out->graphs},
       {"any_head_dim", given->any_head_dim, def->any_head_dim, SDPA_OPTION_ANY_HEAD_DIM,
-       &out->any_head_dim}};
+       &out->any_head_dim},
+      {"longest_first", given->longest_first, def->longest_first, SDPA_OPTION_LONGEST_FIRST,
+       &out->longest_first}};
   for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++) {
     if (switches[i].given == SDPA_SWITCH_DEFAULT) {
       if (defaults->errors[switches[i].field][0])

@@ -620,6 +620,19 @@ static void choose_tail(sdpa_bwd_plan *plan) {
   plan->tail_cap = (int)most;
 }
 
+/* The longest-first launch order (sdpa_hopper_longest_first, the
+ * launch's p.seq_order): where the key's kernel has it and options
+ * .longest_first is not OFF, the workspace holds the order (an int a
+ * sequence) and execute asks the preprocess kernel for it. */
+static void choose_order(sdpa_bwd_plan *plan) {
+  const sdpa_bwd_desc *d = &plan->desc;
+  const sdpa_key_fields *c = &plan->fields;
+  plan->longest_first = c->family == SDPA_FAMILY_HOPPER &&
+                        plan->options.longest_first != SDPA_SWITCH_OFF &&
+                        sdpa_hopper_longest_first((int)d->layout, (int)d->mask, d->deterministic,
+                                                  c->fold_dq, d->batch);
+}
+
 int sdpa_tail_steps(const sdpa_kernel_params *p) {
   const int64_t steps = (int64_t)p->q_tiles * p->group;
   return steps < INT32_MAX ? (int)steps : INT32_MAX;
@@ -653,6 +666,7 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const int64_t tail_acc[] = {plan->tail_cap,
                               sdpa_hopper_tail_slot_floats(d->head_dim, d->head_dim_v), 4};
   const int64_t tail_count[] = {plan->tail_cap, 4};
+  const int64_t seq_order[] = {d->batch, 4};
   if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||
       add_region(&total, &plan->ws_dq_accum_copy, two ? dq_accum : none, two ? 5 : 1) ||
       add_region(&total, &plan->ws_delta, delta, 3) ||
@@ -661,7 +675,9 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
                  counters && two ? 4 : 1) ||
       add_region(&total, &plan->ws_dkv_accum, split ? dkv_accum : none, split ? 4 : 1) ||
       add_region(&total, &plan->ws_tail_acc, tail ? tail_acc : none, tail ? 3 : 1) ||
-      add_region(&total, &plan->ws_tail_count, tail ? tail_count : none, tail ? 2 : 1))
+      add_region(&total, &plan->ws_tail_count, tail ? tail_count : none, tail ? 2 : 1) ||
+      add_region(&total, &plan->ws_seq_order, plan->longest_first ? seq_order : none,
+                 plan->longest_first ? 2 : 1))
     return workspace_overflow(plan);
   plan->workspace_bytes = total;
   return SDPA_STATUS_SUCCESS;
@@ -815,6 +831,7 @@ static sdpa_status plan_create(sdpa_bwd_plan **out, sdpa_runtime *runtime,
             d->seqlen_kv % f->kv_tile == 0;
   choose_head_chunks(plan);
   choose_tail(plan);
+  choose_order(plan);
   if ((status = size_workspace(plan))) goto done;
   if ((status = sdpa_key_build(f, &plan->key))) goto done;
   if ((status = plan_launch(plan))) goto done;

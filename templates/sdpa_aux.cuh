@@ -5,7 +5,8 @@
  *   sdpa_bwd_preprocess  Delta[h, row] = sum_d dO*O; zero the fp32 dQ
  *                        accumulator (and the query tiles' counters when
  *                        main writes dQ or in deterministic mode, and
- *                        dkv_accum where there is one).
+ *                        dkv_accum where there is one); THD: the
+ *                        longest-first order where p.seq_order is set.
  *   sdpa_bwd_convert_dq  dQ = dtype(dQacc * scale), at full memory
  *                        bandwidth; where there is a dkv_accum (the query
  *                        heads split over blocks), dK and dV from it too.
@@ -68,10 +69,31 @@ SDPA_DEVICE void zero_f4(float *dst, sdpa_i64 n, sdpa_i64 gid, sdpa_i64 threads)
   float4 *const acc = (float4 *)dst;
   for (sdpa_i64 i = gid; i < n; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
+/* The longest-first launch order (sdpa_params.h, seq_order): sequence b
+ * goes to the place the sequences before it in (query length descending,
+ * index ascending) leave; every thread reads the same lengths, so the
+ * places are a permutation whatever cu_seqlens_q holds (bad offsets
+ * included: the main kernel reports those). */
+SDPA_DEVICE void seq_place(const sdpa_kernel_params &p, int b) {
+  const unsigned len = (unsigned)p.cu_seqlens_q[b + 1] - (unsigned)p.cu_seqlens_q[b];
+  int place = 0;
+  unsigned prev = (unsigned)p.cu_seqlens_q[0];
+#pragma unroll 4
+  for (int i = 0; i < p.batch; ++i) {
+    const unsigned next = (unsigned)p.cu_seqlens_q[i + 1], l = next - prev;
+    prev = next;
+    place += (int)l > (int)len || (l == len && i < b);
+  }
+  p.seq_order[place] = b;
+}
 extern "C" __global__ void __launch_bounds__(SDPA_AUX_THREADS)
 sdpa_bwd_preprocess(const sdpa_kernel_params p) {
   const sdpa_i64 gid = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x;
   const sdpa_i64 threads = (sdpa_i64)gridDim.x * blockDim.x;
+#if SDPA_LAYOUT == 2
+  if (p.seq_order)
+    for (sdpa_i64 b = gid; b < p.batch; b += threads) seq_place(p, (int)b);
+#endif
   {
     const sdpa_i64 n = p.dq_blocks * p.heads_q * (DQA * 4); /* 16 x DQA floats a block */
     const sdpa_i64 tiles = (sdpa_i64)p.heads_q * p.batch * p.q_tiles;

@@ -404,6 +404,26 @@ SDPA_HOPPER_TRAIT long long sdpa_hopper_persistent_blocks(long long tiles, int s
   return sm_count <= 0 ? 0 : tiles < sm_count ? tiles : sm_count;
 }
 
+/* Longest first (the launch's p.seq_order): a THD grid without a mask
+ * launches, sequence by sequence, every kv tile of every head; a tile's
+ * time is its sequence's query tiles, so a long sequence late in the
+ * batch ends the grid alone (hd 128, 8 sequences of 512-4096 tokens x 16
+ * heads on 132 SMs: the tail was 7.5% of each SM's time against 2.9% for
+ * BSHD). Launched longest query sequence first instead, the last wave
+ * holds the shortest tiles. The preprocess kernel ranks the sequences
+ * (each thread counts the longer ones: batch^2 reads, hence at most
+ * SDPA_HOPPER_ORDER_MAX_BATCH sequences); not deterministic plans (their
+ * adds wait in index order) and not the fold (its counters follow the
+ * grid). The kernel tests the same expression with #if. */
+#define SDPA_HOPPER_ORDER_MAX_BATCH 512
+#define SDPA_HOPPER_LONGEST_FIRST(layout, mask, deterministic, fold)                             \
+  ((layout) == 2 && (mask) == 0 && !(deterministic) && !(fold))
+SDPA_HOPPER_TRAIT int sdpa_hopper_longest_first(int layout, int mask, int deterministic,
+                                                int fold, int batch) {
+  return SDPA_HOPPER_LONGEST_FIRST(layout, mask, deterministic, fold) && batch >= 2 &&
+         batch <= SDPA_HOPPER_ORDER_MAX_BATCH;
+}
+
 /* The last wave's split (the launch's p.tail_*). A grid of equal tiles
  * (one block a kv tile, no mask) on `sms` multiprocessors ends with its
  * last tiles % sms blocks running while the other SMs idle: ~3% of the

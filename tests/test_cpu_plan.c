@@ -1051,16 +1051,16 @@ END_TEST
  * 128): the largest divisor of the group up to the count asked for, the
  * launch parameter
  * and grid y follow it, and the workspace grows by the fp32 dK / dV
- * accumulator (rows_kv x heads_kv x (head_dim + head_dim_v) floats); 1
- * (no region) for MHA, deterministic plans, the persistent kernel and
- * the mma.sync family. */
+ * accumulator (rows_kv x heads_kv x (head_dim + head_dim_v) floats, the
+ * region up to the tail's); 1 (no region) for MHA, deterministic plans,
+ * the persistent kernel and the mma.sync family. */
 static int chunks_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o, size_t *bytes) {
   sdpa_bwd_plan *plan = make_with(d, o);
   const int chunks = plan->head_chunks;
   ck_assert_int_eq(plan->params.head_chunks, chunks);
   if (bytes) *bytes = sdpa_bwd_workspace_size(plan);
   if (chunks > 1)
-    ck_assert_uint_eq(sdpa_bwd_workspace_size(plan) - plan->ws_dkv_accum,
+    ck_assert_uint_eq(plan->ws_tail_acc - plan->ws_dkv_accum,
                       (size_t)plan->rows_kv * d->heads_kv * (d->head_dim + d->head_dim_v) * 4);
   sdpa_bwd_plan_destroy(plan);
   return chunks;
@@ -1259,6 +1259,82 @@ START_TEST(tail_split) {
 }
 END_TEST
 
+/* The resolved options.longest_first of a plan for `d` with options `o`
+ * (NULL: every default). */
+static sdpa_switch longest_first_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o) {
+  sdpa_bwd_plan *plan = make_with(d, o);
+  const sdpa_switch s = plan->options.longest_first;
+  sdpa_bwd_plan_destroy(plan);
+  return s;
+}
+
+/* The longest sequence first (options.longest_first,
+ * SDPA_JIT_LONGEST_FIRST): ON by default and with the variable 1, OFF
+ * with 0; a plan parameter (the key does not change); a bad variable
+ * fails only the plans that take the default, a bad field names it; a
+ * version 4 struct is read without it. */
+START_TEST(longest_first) {
+  sdpa_bwd_desc d = good();
+  d.arch = 90;
+  d.layout = SDPA_LAYOUT_THD;
+  d.max_total_q = d.max_total_kv = 512;
+  d.head_dim = 128;
+  sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
+  ck_assert_int_eq(o.longest_first, SDPA_SWITCH_DEFAULT);
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", NULL);
+  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_ON);
+  sdpa_bwd_plan *plan = make(&d);
+  char key[sizeof plan->key.text];
+  snprintf(key, sizeof key, "%s", sdpa_bwd_plan_key(plan));
+  sdpa_bwd_plan_destroy(plan);
+  o.longest_first = SDPA_SWITCH_OFF;
+  plan = make_with(&d, &o);
+  ck_assert_int_eq(plan->options.longest_first, SDPA_SWITCH_OFF);
+  ck_assert_str_eq(sdpa_bwd_plan_key(plan), key);
+  sdpa_bwd_plan_destroy(plan);
+  o.longest_first = SDPA_SWITCH_ON;
+  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_ON);
+  /* the environment's default, read when the runtime is made */
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "0");
+  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_OFF);
+  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_ON); /* a plan's own wins */
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "1");
+  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_ON);
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "");
+  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_ON);
+  static const char *const bad[] = {"2", "yes", "on", "01"};
+  env_values_rejected(d, "SDPA_JIT_LONGEST_FIRST", bad, sizeof bad / sizeof bad[0],
+                      "expected \"1\" or unset");
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "2");
+  REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_LONGEST_FIRST = \"2\" is not valid", "\"0\"");
+  o.longest_first = SDPA_SWITCH_OFF; /* set: not the default */
+  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_OFF);
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", NULL);
+  o.longest_first = (sdpa_switch)7;
+  REJECT_WITH(d, o, INVALID_ARGUMENT, "options.longest_first = 7 is not valid",
+              "SDPA_SWITCH_DEFAULT (0)");
+  o.longest_first = (sdpa_switch)-1;
+  REJECT_WITH(d, o, INVALID_ARGUMENT, "options.longest_first = -1");
+  /* a version 4 struct: longest_first (-1) is not read (the default) */
+  o.version = 4;
+  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_ON);
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "0");
+  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_OFF);
+  o.tail_split = 12; /* still read */
+  plan = make_with(&d, &o);
+  ck_assert_int_eq(plan->options.tail_split, 12);
+  ck_assert_uint_eq(plan->options.version, SDPA_BWD_PLAN_OPTIONS_VERSION);
+  sdpa_bwd_plan_destroy(plan);
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", NULL);
+  o.version = SDPA_BWD_PLAN_OPTIONS_VERSION + 1;
+  char unknown[64], current[32];
+  snprintf(unknown, sizeof unknown, "options.version = %d is unknown",
+           SDPA_BWD_PLAN_OPTIONS_VERSION + 1);
+  snprintf(current, sizeof current, "(version %d)", SDPA_BWD_PLAN_OPTIONS_VERSION);
+  REJECT_WITH(d, o, INVALID_ARGUMENT, unknown, current);
+}
+END_TEST
+
 /* The preprocess grid: 8 elements a lane cover every head_dim_v with a
  * power-of-two lane count that divides a warp, and the blocks cover every
  * (row, head) item with no block left without one. */
@@ -1363,6 +1439,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(tr, launch_order_group);
   tcase_add_test(tr, head_chunks);
   tcase_add_test(tr, tail_split);
+  tcase_add_test(tr, longest_first);
   tcase_add_test(tr, runtime_options);
   tcase_add_test(tr, desc_arch_overrides_runtime);
   suite_add_tcase(s, tr);

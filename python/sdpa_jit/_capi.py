@@ -268,7 +268,7 @@ class BwdPlanOptions(Struct):
     """sdpa_bwd_plan_options: tuning and testing choices beyond the
     descriptor (SDPA_BWD_PLAN_OPTIONS_INIT: all zero, "the runtime's
     default", but version)."""
-    _version_ = 4
+    _version_ = 5
     _fields_ = [
         ("version", ctypes.c_uint),
         ("family", c_enum),
@@ -285,6 +285,8 @@ class BwdPlanOptions(Struct):
         ("head_chunks", ctypes.c_int),
         # version 4
         ("tail_split", ctypes.c_int),
+        # version 5
+        ("longest_first", c_enum),
     ]
 
 
