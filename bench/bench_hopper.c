@@ -45,9 +45,9 @@
  *   --runs N          timed runs per case (default 20)
  *   --order-group N   (sequence, kv head) pairs per group of the masked
  *                     launch order (default: the plan's rule, 256 blocks)
- *   --batch-order     THD without a mask: launch the sequences in batch
- *                     order instead of the library's longest first
- *                     (sdpa_hopper_longest_first)
+ *   --longest-first   THD without a mask: launch the sequences longest
+ *                     first (options.longest_first ON,
+ *                     sdpa_hopper_longest_first) instead of in batch order
  *   --memory ORDER    bshd (default: [B, S, H, D], packed BSHD) or bhsd
  *                     ([B, H, S, D]: the same BSHD descriptor with other
  *                     strides) for the BSHD problems
@@ -106,7 +106,7 @@ static const char *cubin_dir; /* --cubin-dir: each key's cubin is written there 
 static int blocks_given; /* --blocks N: a persistent kernel's blocks (else one an SM) */
 static int extra_define_count;
 static int order_group_given; /* --order-group; 0: the plan's rule */
-static int batch_order;       /* --batch-order: no longest-first order */
+static int longest_first;     /* --longest-first: options.longest_first ON */
 static int memory_bhsd;       /* --memory bhsd: BSHD problems in [B, H, S, D] memory */
 static const char *trace_dir; /* --trace: each timed case's block stamps go there */
 #define TRACE_BLOCKS 16384
@@ -583,7 +583,7 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
   const size_t counter_bytes =
       fold_defined() ? (size_t)c->heads_q * c->batch * (p->q_tiles > 0 ? p->q_tiles : 1) * 4 : 0;
   const size_t order_bytes =
-      !batch_order && sdpa_hopper_longest_first((int)c->layout, (int)c->mask, 0, fold_defined(),
+      longest_first && sdpa_hopper_longest_first((int)c->layout, (int)c->mask, 0, fold_defined(),
                                                 c->batch)
           ? (size_t)c->batch * 4
           : 0;
@@ -1425,7 +1425,7 @@ static void usage(void) {
          "                    [--case SUBSTR]...\n"
          "                    [--no-twin] [--define NAME=VALUE]... [--runs N] [--seed N]\n"
          "                    [--blocks N]\n"
-         "                    [--order-group N] [--batch-order] [--memory bshd|bhsd]\n"
+         "                    [--order-group N] [--longest-first] [--memory bshd|bhsd]\n"
          "                    [--cubin-dir DIR] [--trace DIR]\n");
 }
 
@@ -1456,7 +1456,7 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--order-group") && i + 1 < argc) order_group_given = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--batch-order")) batch_order = 1;
+    else if (!strcmp(argv[i], "--longest-first")) longest_first = 1;
     else if (!strcmp(argv[i], "--memory") && i + 1 < argc) memory_bhsd = !strcmp(argv[++i], "bhsd");
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) base_seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--cubin-dir") && i + 1 < argc) cubin_dir = argv[++i];

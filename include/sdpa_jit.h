@@ -395,13 +395,14 @@ typedef struct sdpa_bwd_plan_options {
    * n multiprocessors (testing: small grids split). Any value is correct;
    * it changes the speed and the workspace size only. */
   int tail_split;
-  /* Version 5. SDPA_JIT_LONGEST_FIRST (1, 0): ON (the default) the Hopper
-   * family's THD grids without a mask (not deterministic, dQ by the
-   * convert kernel) launch their tiles sequence by sequence, the longest
-   * query sequence first (the order worked out on the device by the
-   * preprocess kernel from cu_seqlens_q, for batches of at most 512
-   * sequences), so that the long tiles do not end the grid; OFF: batch
-   * order. Either is correct; it changes the speed only. */
+  /* Version 5. SDPA_JIT_LONGEST_FIRST (0, 1): OFF (the default) launches
+   * THD grids in batch order; ON: the Hopper family's THD grids without a
+   * mask (not deterministic, dQ by the convert kernel) launch their tiles
+   * sequence by sequence, the longest query sequence first (the order
+   * worked out on the device by the preprocess kernel from cu_seqlens_q,
+   * for batches of at most 512 sequences, kept in the workspace), so that
+   * the long tiles do not end the grid. Off by default until measured on
+   * the GPU. Either is correct; it changes the speed only. */
   sdpa_switch longest_first;
 } sdpa_bwd_plan_options;
 

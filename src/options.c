@@ -129,12 +129,12 @@ void sdpa_options_read_defaults(sdpa_option_defaults *out) {
     v->any_head_dim = (sdpa_switch)w;
   }
   {
-    static const char *const values[2] = {"1", "0"};
+    static const char *const values[2] = {"0", "1"};
     static const char *const meanings[2] = {
-        "the Hopper family's unmasked THD grids launch the longest query sequence first",
-        "in batch order"};
+        "batch order",
+        "the Hopper family's unmasked THD grids launch the longest query sequence first"};
     int w = 0;
-    read_choice("SDPA_JIT_LONGEST_FIRST", values, meanings, SDPA_SWITCH_ON, SDPA_SWITCH_OFF,
+    read_choice("SDPA_JIT_LONGEST_FIRST", values, meanings, SDPA_SWITCH_OFF, SDPA_SWITCH_ON,
                 &w, out->errors[SDPA_OPTION_LONGEST_FIRST], size);
     v->longest_first = (sdpa_switch)w;
   }

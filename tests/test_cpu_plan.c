@@ -1269,8 +1269,10 @@ static sdpa_switch longest_first_with(const sdpa_bwd_desc *d, const sdpa_bwd_pla
 }
 
 /* The longest sequence first (options.longest_first,
- * SDPA_JIT_LONGEST_FIRST): ON by default and with the variable 1, OFF
- * with 0; a plan parameter (the key does not change); a bad variable
+ * SDPA_JIT_LONGEST_FIRST): OFF by default and with the variable 0, ON
+ * with 1; where ON, the unmasked, not deterministic THD plans of the
+ * Hopper family keep the order in the workspace (4 bytes a sequence), the
+ * others not; a plan parameter (the key does not change); a bad variable
  * fails only the plans that take the default, a bad field names it; a
  * version 4 struct is read without it. */
 START_TEST(longest_first) {
@@ -1279,34 +1281,63 @@ START_TEST(longest_first) {
   d.layout = SDPA_LAYOUT_THD;
   d.max_total_q = d.max_total_kv = 512;
   d.head_dim = 128;
+  d.batch = 300;
   sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
   ck_assert_int_eq(o.longest_first, SDPA_SWITCH_DEFAULT);
   runtime_with_env("SDPA_JIT_LONGEST_FIRST", NULL);
-  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_ON);
-  sdpa_bwd_plan *plan = make(&d);
+  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_OFF);
+  o.family = SDPA_FAMILY_HOPPER;
+  sdpa_bwd_plan *plan = make_with(&d, &o);
   char key[sizeof plan->key.text];
   snprintf(key, sizeof key, "%s", sdpa_bwd_plan_key(plan));
-  sdpa_bwd_plan_destroy(plan);
-  o.longest_first = SDPA_SWITCH_OFF;
-  plan = make_with(&d, &o);
-  ck_assert_int_eq(plan->options.longest_first, SDPA_SWITCH_OFF);
-  ck_assert_str_eq(sdpa_bwd_plan_key(plan), key);
+  const size_t bytes = plan->workspace_bytes;
+  ck_assert_int_eq(plan->longest_first, 0);
   sdpa_bwd_plan_destroy(plan);
   o.longest_first = SDPA_SWITCH_ON;
+  plan = make_with(&d, &o);
+  ck_assert_int_eq(plan->options.longest_first, SDPA_SWITCH_ON);
+  ck_assert_int_eq(plan->longest_first, 1);
+  ck_assert_str_eq(sdpa_bwd_plan_key(plan), key);
+  ck_assert_uint_ge(plan->workspace_bytes, bytes + 4 * 300);
+  sdpa_bwd_plan_destroy(plan);
+  /* not under a mask, not deterministic, not the mma.sync family, not
+   * above SDPA_HOPPER_ORDER_MAX_BATCH sequences */
+  sdpa_bwd_desc other = d;
+  other.mask = SDPA_MASK_CAUSAL_TOP_LEFT;
+  plan = make_with(&other, &o);
+  ck_assert_int_eq(plan->longest_first, 0);
+  sdpa_bwd_plan_destroy(plan);
+  other = d;
+  other.deterministic = 1;
+  plan = make_with(&other, &o);
+  ck_assert_int_eq(plan->longest_first, 0);
+  sdpa_bwd_plan_destroy(plan);
+  other = d;
+  other.batch = SDPA_HOPPER_ORDER_MAX_BATCH + 1;
+  plan = make_with(&other, &o);
+  ck_assert_int_eq(plan->longest_first, 0);
+  sdpa_bwd_plan_destroy(plan);
+  o.family = SDPA_FAMILY_MMA;
+  plan = make_with(&d, &o);
+  ck_assert_int_eq(plan->longest_first, 0);
+  sdpa_bwd_plan_destroy(plan);
+  o.family = SDPA_FAMILY_AUTO;
   ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_ON);
   /* the environment's default, read when the runtime is made */
-  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "0");
-  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_OFF);
-  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_ON); /* a plan's own wins */
   runtime_with_env("SDPA_JIT_LONGEST_FIRST", "1");
   ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_ON);
+  o.longest_first = SDPA_SWITCH_OFF;
+  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_OFF); /* a plan's own wins */
+  o.longest_first = SDPA_SWITCH_ON;
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "0");
+  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_OFF);
   runtime_with_env("SDPA_JIT_LONGEST_FIRST", "");
-  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_ON);
+  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_OFF);
   static const char *const bad[] = {"2", "yes", "on", "01"};
   env_values_rejected(d, "SDPA_JIT_LONGEST_FIRST", bad, sizeof bad / sizeof bad[0],
-                      "expected \"1\" or unset");
+                      "expected \"0\" or unset");
   runtime_with_env("SDPA_JIT_LONGEST_FIRST", "2");
-  REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_LONGEST_FIRST = \"2\" is not valid", "\"0\"");
+  REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_LONGEST_FIRST = \"2\" is not valid", "\"1\"");
   o.longest_first = SDPA_SWITCH_OFF; /* set: not the default */
   ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_OFF);
   runtime_with_env("SDPA_JIT_LONGEST_FIRST", NULL);
@@ -1317,9 +1348,9 @@ START_TEST(longest_first) {
   REJECT_WITH(d, o, INVALID_ARGUMENT, "options.longest_first = -1");
   /* a version 4 struct: longest_first (-1) is not read (the default) */
   o.version = 4;
-  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_ON);
-  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "0");
   ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_OFF);
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "1");
+  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_ON);
   o.tail_split = 12; /* still read */
   plan = make_with(&d, &o);
   ck_assert_int_eq(plan->options.tail_split, 12);
