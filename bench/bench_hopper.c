@@ -587,20 +587,17 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
                                                 c->batch)
           ? (size_t)c->batch * 4
           : 0;
-  L->workspace_bytes = align256(dq_bytes) + align256(delta_bytes) + align256(counter_bytes) +
-                       align256(order_bytes);
+  /* the regions in order, each 256-aligned: dq_accum, delta, counters, order */
+  const size_t at_delta = align256(dq_bytes), at_counters = at_delta + align256(delta_bytes),
+               at_order = at_counters + align256(counter_bytes);
+  L->workspace_bytes = at_order + align256(order_bytes);
   if ((status = sdpa_gpu_alloc(&gpu, L->workspace_bytes, &L->workspace)) ||
       (status = sdpa_gpu_alloc(&gpu, 256, &L->error_flag)))
     return status;
   p->dq_accum = (float *)(uintptr_t)L->workspace;
-  p->delta = (float *)(uintptr_t)(L->workspace + align256(dq_bytes));
-  p->semaphores = counter_bytes ? (sdpa_i32 *)(uintptr_t)(L->workspace + align256(dq_bytes) +
-                                                           align256(delta_bytes))
-                                : NULL;
-  p->seq_order = order_bytes ? (sdpa_i32 *)(uintptr_t)(L->workspace + align256(dq_bytes) +
-                                                      align256(delta_bytes) +
-                                                      align256(counter_bytes))
-                              : NULL;
+  p->delta = (float *)(uintptr_t)(L->workspace + at_delta);
+  p->semaphores = counter_bytes ? (sdpa_i32 *)(uintptr_t)(L->workspace + at_counters) : NULL;
+  p->seq_order = order_bytes ? (sdpa_i32 *)(uintptr_t)(L->workspace + at_order) : NULL;
   p->error_flag = (sdpa_i32 *)(uintptr_t)L->error_flag;
   if ((status = sdpa_gpu_upload(&gpu, L->error_flag, &(int32_t){0}, 4))) return status;
 

@@ -622,13 +622,13 @@ static void choose_tail(sdpa_bwd_plan *plan) {
 
 /* The longest-first launch order (sdpa_hopper_longest_first, the
  * launch's p.seq_order): where the key's kernel has it and options
- * .longest_first is not OFF, the workspace holds the order (an int a
+ * .longest_first is ON, the workspace holds the order (an int a
  * sequence) and execute asks the preprocess kernel for it. */
 static void choose_order(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
   const sdpa_key_fields *c = &plan->fields;
   plan->longest_first = c->family == SDPA_FAMILY_HOPPER &&
-                        plan->options.longest_first != SDPA_SWITCH_OFF &&
+                        plan->options.longest_first == SDPA_SWITCH_ON &&
                         sdpa_hopper_longest_first((int)d->layout, (int)d->mask, d->deterministic,
                                                   c->fold_dq, d->batch);
 }
