@@ -45,9 +45,9 @@
  *   --runs N          timed runs per case (default 20)
  *   --order-group N   (sequence, kv head) pairs per group of the masked
  *                     launch order (default: the plan's rule, 256 blocks)
- *   --work-order      THD: launch the kv tiles heaviest first, those past
- *                     the short sequences' ends last (options.work_order
- *                     ON, sdpa_hopper_work_order) instead of in batch order
+ *   --longest-first   THD without a mask: launch the sequences longest
+ *                     first (options.longest_first ON,
+ *                     sdpa_hopper_longest_first) instead of in batch order
  *   --memory ORDER    bshd (default: [B, S, H, D], packed BSHD) or bhsd
  *                     ([B, H, S, D]: the same BSHD descriptor with other
  *                     strides) for the BSHD problems
@@ -106,7 +106,7 @@ static const char *cubin_dir; /* --cubin-dir: each key's cubin is written there 
 static int blocks_given; /* --blocks N: a persistent kernel's blocks (else one an SM) */
 static int extra_define_count;
 static int order_group_given; /* --order-group; 0: the plan's rule */
-static int work_order;     /* --work-order: options.work_order ON */
+static int longest_first;     /* --longest-first: options.longest_first ON */
 static int memory_bhsd;       /* --memory bhsd: BSHD problems in [B, H, S, D] memory */
 static const char *trace_dir; /* --trace: each timed case's block stamps go there */
 #define TRACE_BLOCKS 16384
@@ -583,9 +583,9 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
   const size_t counter_bytes =
       fold_defined() ? (size_t)c->heads_q * c->batch * (p->q_tiles > 0 ? p->q_tiles : 1) * 4 : 0;
   const size_t order_bytes =
-      work_order && sdpa_hopper_work_order((int)c->layout, 0, fold_defined(), c->batch,
-                                           kv_tiles * c->batch, c->heads_kv)
-          ? (size_t)(kv_tiles * c->batch * c->heads_kv) * 4
+      longest_first && sdpa_hopper_longest_first((int)c->layout, (int)c->mask, 0, fold_defined(),
+                                                c->batch)
+          ? (size_t)c->batch * 4
           : 0;
   /* the regions in order, each 256-aligned: dq_accum, delta, counters, order */
   const size_t at_delta = align256(dq_bytes), at_counters = at_delta + align256(delta_bytes),
@@ -597,7 +597,7 @@ static sdpa_status launch_make(const hcase *c, const dev_problem *d, hlaunch *L)
   p->dq_accum = (float *)(uintptr_t)L->workspace;
   p->delta = (float *)(uintptr_t)(L->workspace + at_delta);
   p->semaphores = counter_bytes ? (sdpa_i32 *)(uintptr_t)(L->workspace + at_counters) : NULL;
-  p->tile_order = order_bytes ? (sdpa_i32 *)(uintptr_t)(L->workspace + at_order) : NULL;
+  p->seq_order = order_bytes ? (sdpa_i32 *)(uintptr_t)(L->workspace + at_order) : NULL;
   p->error_flag = (sdpa_i32 *)(uintptr_t)L->error_flag;
   if ((status = sdpa_gpu_upload(&gpu, L->error_flag, &(int32_t){0}, 4))) return status;
 
@@ -1422,7 +1422,7 @@ static void usage(void) {
          "                    [--case SUBSTR]...\n"
          "                    [--no-twin] [--define NAME=VALUE]... [--runs N] [--seed N]\n"
          "                    [--blocks N]\n"
-         "                    [--order-group N] [--work-order] [--memory bshd|bhsd]\n"
+         "                    [--order-group N] [--longest-first] [--memory bshd|bhsd]\n"
          "                    [--cubin-dir DIR] [--trace DIR]\n");
 }
 
@@ -1453,7 +1453,7 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--order-group") && i + 1 < argc) order_group_given = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--work-order")) work_order = 1;
+    else if (!strcmp(argv[i], "--longest-first")) longest_first = 1;
     else if (!strcmp(argv[i], "--memory") && i + 1 < argc) memory_bhsd = !strcmp(argv[++i], "bhsd");
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) base_seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--cubin-dir") && i + 1 < argc) cubin_dir = argv[++i];

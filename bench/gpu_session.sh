@@ -8,8 +8,8 @@
 # family where it covers a case), tests-mma with mma.sync forced; torch
 # compares with PyTorch in both memory orders, head dims beyond 64 and 128
 # included (--more-head-dims); det times the deterministic plans against
-# the others with each family forced; order checks THD's launch order
-# by work (bench_hopper --work-order) and times and traces it
+# the others with each family forced; order checks THD's longest-first
+# launch order (bench_hopper --longest-first) and times and traces it
 # against batch order. Each step has a time cap (TESTS_S, BENCH_S,
 # TORCH_S seconds).
 set -uo pipefail
@@ -50,17 +50,17 @@ for step in $steps; do
           --lib build/libsdpa_jit.so --memory $memory --more-head-dims \
           --csv "$OUT/compare_torch_$memory.csv" 2>&1 | tee "$OUT/compare_torch_$memory.txt" | tail -40
       done ;;
-    order) # THD's launch order by work: checked, then timed and traced against batch order
-      timeout 120 ./build/bench/bench_hopper --checks --case thd --work-order 2>&1 \
+    order) # THD's longest-first launch order: checked, then timed and traced against batch order
+      timeout 120 ./build/bench/bench_hopper --checks --case thd --longest-first 2>&1 \
         | tee "$OUT/order_checks.txt" | tail -3
       for round in 1 2; do
-        for order in --work-order ""; do
+        for order in --longest-first ""; do
           timeout 120 ./build/bench/bench_hopper --timed --no-twin --runs 10 --case "thd mixed" \
             --case "hd128 bshd S4k full" $order 2>&1 | tee -a "$OUT/order_timed.txt" \
             | grep -E "^time .*(thd|S4k).* [0-9.]+ +[0-9.]+ +[0-9.]+ " | sed "s/^/${order:-batch-order} /"
         done
       done
-      for order in --work-order ""; do
+      for order in --longest-first ""; do
         rm -rf "$OUT/trace${order}" && mkdir -p "$OUT/trace${order}"
         timeout 120 ./build/bench/bench_hopper --timed --no-twin --runs 5 --case "thd mixed full" \
           $order --trace "$OUT/trace${order}" > /dev/null 2>&1

@@ -195,7 +195,7 @@ static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void 
   p.semaphores_copy = plan->dq_copies > 1 ? (sdpa_i32 *)(ws + plan->ws_semaphores_copy) : NULL;
   const int split = plan->head_chunks > 1; /* dK / dV through dkv_accum */
   p.dkv_accum = split ? (float *)(ws + plan->ws_dkv_accum) : NULL;
-  p.tile_order = plan->work_order ? (sdpa_i32 *)(ws + plan->ws_tile_order) : NULL;
+  p.seq_order = plan->longest_first ? (sdpa_i32 *)(ws + plan->ws_seq_order) : NULL;
   p.error_flag = (sdpa_i32 *)(uintptr_t)m->error_device;
   p.sm_count = m->sm_count;
   if (d->layout == SDPA_LAYOUT_THD) {
@@ -219,7 +219,7 @@ static sdpa_status execute(sdpa_bwd_plan *plan, const sdpa_bwd_tensors *t, void 
   const unsigned heads_y = (unsigned)(d->heads_kv * plan->head_chunks);
   sdpa_launch launches[3];
   int count = 0;
-  if (aux_blocks > 0 || p.semaphores || dkv_x > 0 || p.tile_order) /* what main counts on */
+  if (aux_blocks > 0 || p.semaphores || dkv_x > 0 || p.seq_order) /* what main counts on */
     launches[count++] = (sdpa_launch){m->preprocess, "launching sdpa_bwd_preprocess",
                                       aux_blocks > 0 ? (unsigned)aux_blocks : 1u, 1u,
                                       SDPA_AUX_THREADS, 0u, 0};

@@ -129,14 +129,14 @@ void sdpa_options_read_defaults(sdpa_option_defaults *out) {
     v->any_head_dim = (sdpa_switch)w;
   }
   {
-    static const char *const values[2] = {"0", "1"};
+    static const char *const values[2] = {"1", "0"};
     static const char *const meanings[2] = {
-        "batch order",
-        "the Hopper family's THD grids launch their kv tiles heaviest first"};
+        "the Hopper family's unmasked THD grids launch the longest query sequence first",
+        "batch order"};
     int w = 0;
-    read_choice("SDPA_JIT_WORK_ORDER", values, meanings, SDPA_SWITCH_OFF, SDPA_SWITCH_ON,
-                &w, out->errors[SDPA_OPTION_WORK_ORDER], size);
-    v->work_order = (sdpa_switch)w;
+    read_choice("SDPA_JIT_LONGEST_FIRST", values, meanings, SDPA_SWITCH_ON, SDPA_SWITCH_OFF,
+                &w, out->errors[SDPA_OPTION_LONGEST_FIRST], size);
+    v->longest_first = (sdpa_switch)w;
   }
   if ((env = getenv("SDPA_JIT_ORDER_GROUP")) && *env &&
       parse_int(env, 1, 0x7fffffff, &v->order_group) != 0)
@@ -197,7 +197,7 @@ sdpa_status sdpa_options_resolve(const sdpa_option_defaults *defaults,
            given->version == 1   ? offsetof(sdpa_bwd_plan_options, any_head_dim)
            : given->version == 2 ? offsetof(sdpa_bwd_plan_options, head_chunks)
            : given->version == 3 ? offsetof(sdpa_bwd_plan_options, tail_split)
-                                 : offsetof(sdpa_bwd_plan_options, work_order));
+                                 : offsetof(sdpa_bwd_plan_options, longest_first));
     upgraded.version = SDPA_BWD_PLAN_OPTIONS_VERSION;
     given = &upgraded;
   }
@@ -259,8 +259,8 @@ sdpa_status sdpa_options_resolve(const sdpa_option_defaults *defaults,
       {"graphs", given->graphs, def->graphs, SDPA_OPTION_GRAPHS, &out->graphs},
       {"any_head_dim", given->any_head_dim, def->any_head_dim, SDPA_OPTION_ANY_HEAD_DIM,
        &out->any_head_dim},
-      {"work_order", given->work_order, def->work_order, SDPA_OPTION_WORK_ORDER,
-       &out->work_order}};
+      {"longest_first", given->longest_first, def->longest_first, SDPA_OPTION_LONGEST_FIRST,
+       &out->longest_first}};
   for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++) {
     if (switches[i].given == SDPA_SWITCH_DEFAULT) {
       if (defaults->errors[switches[i].field][0])

@@ -27,7 +27,7 @@ typedef enum sdpa_option_field {
   SDPA_OPTION_ANY_HEAD_DIM,
   SDPA_OPTION_HEAD_CHUNKS,
   SDPA_OPTION_TAIL_SPLIT,
-  SDPA_OPTION_WORK_ORDER,
+  SDPA_OPTION_LONGEST_FIRST,
   SDPA_OPTION_COUNT
 } sdpa_option_field;
 
@@ -42,14 +42,14 @@ typedef struct sdpa_option_defaults {
 /* Reads SDPA_JIT_FAMILY, SDPA_JIT_TILES, SDPA_JIT_DQ_CONVERT,
  * SDPA_JIT_SMALL_GRID, SDPA_JIT_GRAPHS, SDPA_JIT_ORDER_GROUP,
  * SDPA_JIT_CONFIG_ARCH, SDPA_JIT_ANY_HEAD_DIM, SDPA_JIT_HEAD_CHUNKS,
- * SDPA_JIT_TAIL_SPLIT and SDPA_JIT_WORK_ORDER into `out`. Never
+ * SDPA_JIT_TAIL_SPLIT and SDPA_JIT_LONGEST_FIRST into `out`. Never
  * fails. */
 void sdpa_options_read_defaults(sdpa_option_defaults *out);
 
 /* Resolves `given` (NULL: every default) into `out`: each zero field takes
  * the runtime's default; the result has family AUTO/MMA/HOPPER, tiles all
  * zero (the tile rule's) or all given, dq_writer CONVERT or MAIN,
- * small_grid, graphs, any_head_dim and work_order ON or OFF,
+ * small_grid, graphs, any_head_dim and longest_first ON or OFF,
  * order_group >= 0, config_arch >= 0, version the current one (a version
  * 1 to 4 struct is read without its later fields).
  * INVALID_ARGUMENT, naming the field (or the variable) and what is

@@ -620,18 +620,17 @@ static void choose_tail(sdpa_bwd_plan *plan) {
   plan->tail_cap = (int)most;
 }
 
-/* The launch order by work (sdpa_hopper_work_order, the launch's
- * p.tile_order): where the key's kernel has it and options.work_order is
- * ON, the workspace holds the order (an int a block of the grid) and
- * execute asks the preprocess kernel for it. */
+/* The longest-first launch order (sdpa_hopper_longest_first, the
+ * launch's p.seq_order): where the key's kernel has it and options
+ * .longest_first is ON, the workspace holds the order (an int a
+ * sequence) and execute asks the preprocess kernel for it. */
 static void choose_order(sdpa_bwd_plan *plan) {
   const sdpa_bwd_desc *d = &plan->desc;
   const sdpa_key_fields *c = &plan->fields;
-  plan->work_order = c->family == SDPA_FAMILY_HOPPER &&
-                     plan->options.work_order == SDPA_SWITCH_ON &&
-                     sdpa_hopper_work_order((int)d->layout, d->deterministic, c->fold_dq, d->batch,
-                                            sdpa_hopper_blocks_x(c, d->seqlen_kv, d->batch),
-                                            (int64_t)d->heads_kv * plan->head_chunks);
+  plan->longest_first = c->family == SDPA_FAMILY_HOPPER &&
+                        plan->options.longest_first == SDPA_SWITCH_ON &&
+                        sdpa_hopper_longest_first((int)d->layout, (int)d->mask, d->deterministic,
+                                                  c->fold_dq, d->batch);
 }
 
 int sdpa_tail_steps(const sdpa_kernel_params *p) {
@@ -667,9 +666,7 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
   const int64_t tail_acc[] = {plan->tail_cap,
                               sdpa_hopper_tail_slot_floats(d->head_dim, d->head_dim_v), 4};
   const int64_t tail_count[] = {plan->tail_cap, 4};
-  const int64_t tile_order[] = {plan->work_order ? sdpa_hopper_blocks_x(c, d->seqlen_kv, d->batch)
-                                                 : 0,
-                                d->heads_kv, plan->head_chunks, 4};
+  const int64_t seq_order[] = {d->batch, 4};
   if (add_region(&total, &plan->ws_dq_accum, dq_accum, 5) ||
       add_region(&total, &plan->ws_dq_accum_copy, two ? dq_accum : none, two ? 5 : 1) ||
       add_region(&total, &plan->ws_delta, delta, 3) ||
@@ -679,8 +676,8 @@ static sdpa_status size_workspace(sdpa_bwd_plan *plan) {
       add_region(&total, &plan->ws_dkv_accum, split ? dkv_accum : none, split ? 4 : 1) ||
       add_region(&total, &plan->ws_tail_acc, tail ? tail_acc : none, tail ? 3 : 1) ||
       add_region(&total, &plan->ws_tail_count, tail ? tail_count : none, tail ? 2 : 1) ||
-      add_region(&total, &plan->ws_tile_order, plan->work_order ? tile_order : none,
-                 plan->work_order ? 4 : 1))
+      add_region(&total, &plan->ws_seq_order, plan->longest_first ? seq_order : none,
+                 plan->longest_first ? 2 : 1))
     return workspace_overflow(plan);
   plan->workspace_bytes = total;
   return SDPA_STATUS_SUCCESS;

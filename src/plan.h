@@ -39,7 +39,7 @@ struct sdpa_bwd_plan {
   size_t workspace_bytes;
   /* workspace carve (byte offsets; each 256-aligned) */
   size_t ws_dq_accum, ws_dq_accum_copy, ws_delta, ws_semaphores, ws_semaphores_copy,
-      ws_dkv_accum, ws_tail_acc, ws_tail_count, ws_tile_order;
+      ws_dkv_accum, ws_tail_acc, ws_tail_count, ws_seq_order;
   int dq_copies;           /* sdpa_dq_copies of the key: 2 = the *_copy
                               regions are in use, else they are empty  */
   int head_chunks;         /* sdpa_hopper_head_chunks: > 1 = blocks a kv
@@ -49,9 +49,9 @@ struct sdpa_bwd_plan {
    * workspace has slots for (0: the plan never splits); execute decides
    * from the device's multiprocessors and sdpa_tail_steps */
   int tail_cap;
-  /* the launch order by work (sdpa_hopper_work_order): 1 = the
-   * tile_order region in use, execute sets p.tile_order */
-  int work_order;
+  /* the longest-first launch order (sdpa_hopper_longest_first): 1 = the
+   * seq_order region in use, execute sets p.seq_order */
+  int longest_first;
   int64_t rows_q, rows_kv; /* rows the workspace is sized for          */
   int lse_packed_default;  /* LSE strides were all zero: under THD the
                               head stride is the launch's total_q       */

@@ -6,7 +6,7 @@
  *                        accumulator (and the query tiles' counters when
  *                        main writes dQ or in deterministic mode, and
  *                        dkv_accum where there is one); THD: the
- *                        launch order by work where p.tile_order is set.
+ *                        longest-first order where p.seq_order is set.
  *   sdpa_bwd_convert_dq  dQ = dtype(dQacc * scale), at full memory
  *                        bandwidth; where there is a dkv_accum (the query
  *                        heads split over blocks), dK and dV from it too.
@@ -69,92 +69,30 @@ SDPA_DEVICE void zero_f4(float *dst, sdpa_i64 n, sdpa_i64 gid, sdpa_i64 threads)
   float4 *const acc = (float4 *)dst;
   for (sdpa_i64 i = gid; i < n; i += threads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
-#if SDPA_LAYOUT == 2
-/* The query tiles (of SDPA_Q_TILE rows) kv tile j of a sequence of sq
- * queries and skv keys visits under `band`, as the main kernel counts
- * them. */
-SDPA_DEVICE int tile_work(const Band &band, int sq, int skv, int j) {
-  const int k0 = j * SDPA_KV_TILE;
-  int lo = 0, hi = sq - 1;
-  if (band.right >= 0) lo = max(lo, k0 - band.off - band.right);
-  if (band.left >= 0) hi = min(hi, min(skv, k0 + SDPA_KV_TILE) - 1 - band.off + band.left);
-  return lo <= hi ? hi / SDPA_Q_TILE - lo / SDPA_Q_TILE + 1 : 0;
-}
-
-/* Sequence b's kv tiles, its query and key lengths; none (and lengths
- * 0) where its bounds are bad: the main kernel reports those, from the
- * sequence's block of kv tile 0, head 0. */
-SDPA_DEVICE int seq_tiles(const sdpa_kernel_params &p, int b, int &sq, int &skv) {
-  sdpa_i64 q0, kv0;
-  if (!sequence_bounds(p, b, q0, kv0, sq, skv, false)) {
-    sq = skv = 0;
-    return 0;
+/* The longest-first launch order (sdpa_params.h, seq_order): sequence b
+ * goes to the place the sequences before it in (query length descending,
+ * index ascending) leave; every thread reads the same lengths, so the
+ * places are a permutation whatever cu_seqlens_q holds (bad offsets
+ * included: the main kernel reports those). */
+SDPA_DEVICE void seq_place(const sdpa_kernel_params &p, int b) {
+  const unsigned len = (unsigned)p.cu_seqlens_q[b + 1] - (unsigned)p.cu_seqlens_q[b];
+  int place = 0;
+  unsigned prev = (unsigned)p.cu_seqlens_q[0];
+#pragma unroll 4
+  for (int i = 0; i < p.batch; ++i) {
+    const unsigned next = (unsigned)p.cu_seqlens_q[i + 1], l = next - prev;
+    prev = next;
+    place += (int)l > (int)len || (l == len && i < b);
   }
-  return (skv + SDPA_KV_TILE - 1) / SDPA_KV_TILE;
+  p.seq_order[place] = b;
 }
-
-/* The launch order by work (sdpa_params.h, tile_order). The grid's
- * blocks go sequence by sequence, the longest query sequence first (ties
- * in index order), each sequence's head by head, each head's kv tiles
- * heaviest first (the query tiles each visits; ties in index order); the
- * blocks of kv tiles past a sequence's keys (up to the max_s hint's
- * kv_tiles) come last, in index order. A warp a column (kv tile j of
- * sequence b), its lanes summing over the sequences, then over b's kv
- * tiles, then writing its heads' places; every warp reads the same
- * bounds, so the places are a permutation whatever cu_seqlens hold.
- * Warp-uniform loops (a warp's threads share gid >> 5). */
-SDPA_DEVICE void order_tiles(const sdpa_kernel_params &p, sdpa_i64 gid, sdpa_i64 threads) {
-  const int kv_tiles = (p.seqlen_kv + SDPA_KV_TILE - 1) / SDPA_KV_TILE;
-  const int columns = kv_tiles * p.batch, lane = (int)(gid & 31);
-  /* the main kernel's blocks a kv tile (its head_chunks(p): a THD plan is
-   * neither deterministic nor persistent) */
-  const int heads = p.heads_kv * (p.head_chunks < 1 ? 1 : p.head_chunks);
-  for (sdpa_i64 c = gid >> 5; c < columns; c += threads >> 5) {
-    const int b = (int)(c / kv_tiles), j = (int)(c - (sdpa_i64)b * kv_tiles);
-    int sq, skv;
-    const int n = seq_tiles(p, b, sq, skv);
-    /* tiles of the sequences ahead of b, of all, empty columns before b's */
-    long long ahead = 0, tiles = 0, empty = 0;
-    for (int o = lane; o < p.batch; o += 32) {
-      int oq, okv;
-      const int on = seq_tiles(p, o, oq, okv);
-      tiles += on;
-      if (oq > sq || (oq == sq && o < b)) ahead += on;
-      if (o < b) empty += kv_tiles - on;
-    }
-    /* b's kv tiles ahead of j */
-    int heavier = 0;
-    if (j < n) {
-      const Band band = make_band(p, sq, skv);
-      const int work = tile_work(band, sq, skv, j);
-      for (int o = lane; o < n; o += 32) {
-        const int w = tile_work(band, sq, skv, o);
-        heavier += w > work || (w == work && o < j);
-      }
-    }
-#pragma unroll
-    for (int s = 16; s > 0; s >>= 1) {
-      ahead += __shfl_xor_sync(0xffffffffu, ahead, s);
-      tiles += __shfl_xor_sync(0xffffffffu, tiles, s);
-      empty += __shfl_xor_sync(0xffffffffu, empty, s);
-      heavier += __shfl_xor_sync(0xffffffffu, heavier, s);
-    }
-    /* head h's place: after the heads before it, or among the empty
-     * columns' blocks */
-    const long long first = j < n ? ahead * heads + heavier : (tiles + empty + j - n) * heads;
-    const long long stride = j < n ? n : 1;
-    for (int h = lane; h < heads; h += 32)
-      p.tile_order[first + h * stride] = (sdpa_i32)(c * heads + h);
-  }
-}
-#endif
-
 extern "C" __global__ void __launch_bounds__(SDPA_AUX_THREADS)
 sdpa_bwd_preprocess(const sdpa_kernel_params p) {
   const sdpa_i64 gid = (sdpa_i64)blockIdx.x * blockDim.x + threadIdx.x;
   const sdpa_i64 threads = (sdpa_i64)gridDim.x * blockDim.x;
 #if SDPA_LAYOUT == 2
-  if (p.tile_order) order_tiles(p, gid, threads);
+  if (p.seq_order)
+    for (sdpa_i64 b = gid; b < p.batch; b += threads) seq_place(p, (int)b);
 #endif
   {
     const sdpa_i64 n = p.dq_blocks * p.heads_q * (DQA * 4); /* 16 x DQA floats a block */

@@ -216,9 +216,10 @@ template <u32 LBO, u32 SBO> using SmemDescs = gmma_descs<LBO, SBO, SDPA_HOPPER_D
    !SDPA_HOPPER_STAGGER && !SDPA_HOPPER_PERSIST)
 static_assert(!HOP_TAIL || (!HOP_WIDE && !HOP_DQT), "the split tiles: the narrow kernel");
 
-/* The launch order by work (decode_block; the launch sets p.tile_order
- * where sdpa_hopper_work_order): compiled into the keys the traits name. */
-#define HOP_WORK_ORDER SDPA_HOPPER_WORK_ORDER(SDPA_LAYOUT, SDPA_DETERMINISTIC, SDPA_FOLD_DQ)
+/* Longest first (decode_block; the launch sets p.seq_order where
+ * sdpa_hopper_longest_first): compiled into the keys the traits name. */
+#define HOP_LONGEST_FIRST                                                                     \
+  SDPA_HOPPER_LONGEST_FIRST(SDPA_LAYOUT, SDPA_MASK, SDPA_DETERMINISTIC, SDPA_FOLD_DQ)
 
 /* Measurement only (bench_hopper --trace): SDPA_HOPPER_TRACE = N records,
  * for the first N blocks of the grid, SDPA_HOPPER_TRACE_SLOTS stamps in
@@ -425,21 +426,24 @@ SDPA_DEVICE int head_chunks(const sdpa_kernel_params &p) {
  * descend (HOP_DESCENDS: lightest first, each block after those whose
  * adds it waits for). With the query heads split (head_chunks), hk is
  * the kv head times the chunks plus the chunk, make_work's to part.
- * THD where p.tile_order is set: the block tile_order[flat] names. */
+ * THD without a mask where p.seq_order is set: the flat index's spans of
+ * heads x kv tiles, the r-th for sequence seq_order[r] (longest first). */
 SDPA_DEVICE void decode_block(const sdpa_kernel_params &p, unsigned bx, unsigned by,
                               unsigned grid_x, int &j, int &b, int &hk) {
   const int kv_tiles = (p.seqlen_kv + HOP_N - 1) / HOP_N;
-#if HOP_WORK_ORDER
-  if (p.tile_order) {
+#if SDPA_MASK == 0
+#if HOP_LONGEST_FIRST
+  if (p.seq_order) { /* spans of heads x kv tiles, a sequence each, longest first */
     const int heads = p.heads_kv * head_chunks(p);
-    const int block = p.tile_order[(sdpa_i64)by * grid_x + bx], column = block / heads;
-    hk = block - column * heads;
-    b = column / kv_tiles;
-    j = column - b * kv_tiles;
+    const sdpa_i64 flat = (sdpa_i64)by * grid_x + bx, span = (sdpa_i64)heads * kv_tiles;
+    const sdpa_i64 r = flat / span;
+    const int rem = (int)(flat - r * span);
+    b = p.seq_order[r];
+    hk = rem / kv_tiles;
+    j = rem - hk * kv_tiles;
     return;
   }
 #endif
-#if SDPA_MASK == 0
   (void)grid_x;
   j = bx % kv_tiles;
   b = bx / kv_tiles;

@@ -404,35 +404,24 @@ SDPA_HOPPER_TRAIT long long sdpa_hopper_persistent_blocks(long long tiles, int s
   return sm_count <= 0 ? 0 : tiles < sm_count ? tiles : sm_count;
 }
 
-/* The launch order by work (the launch's p.tile_order): a THD grid
- * launches, in batch order, every kv tile of every head; a tile's time is
- * the query tiles it visits, so a long sequence late in the batch ends
- * the grid alone (hd 128, 8 sequences of 512-4096 tokens x 16 heads on
- * 132 SMs: the tail was 7.5% of each SM's time against 2.9% for BSHD),
- * and the kv tiles past a short sequence's end (up to the max_s hint's)
- * are empty blocks spread over the whole grid. Launched by work instead:
- * the longest query sequence first, a sequence head by head (the few
- * heads that run at once share their Q / dO in L2: all heads of a
- * sequence at once overflowed it, 24% slower causal), a head's kv tiles
- * heaviest first, the empty blocks last, where they fill SMs the last
- * tiles leave idle. The preprocess kernel places every block (a warp a
- * kv tile of a sequence, summing over the batch and the sequence's
- * tiles: at most SDPA_HOPPER_ORDER_MAX_COLUMNS = batch x kv tiles of the
- * max_s hint, and SDPA_HOPPER_ORDER_MAX_BLOCKS blocks, an int each in
- * the workspace); not deterministic plans (their adds wait in index
- * order) and not the fold (its counters follow the grid). The kernel
- * tests the same expression with #if. */
-#define SDPA_HOPPER_ORDER_MAX_COLUMNS 4096
-#define SDPA_HOPPER_ORDER_MAX_BLOCKS (1 << 20)
-#define SDPA_HOPPER_WORK_ORDER(layout, deterministic, fold)                                     \
-  ((layout) == 2 && !(deterministic) && !(fold))
-/* columns: the grid's x (batch x kv tiles); heads: its y (kv heads x
- * head chunks) */
-SDPA_HOPPER_TRAIT int sdpa_hopper_work_order(int layout, int deterministic, int fold, int batch,
-                                             long long columns, long long heads) {
-  return SDPA_HOPPER_WORK_ORDER(layout, deterministic, fold) && batch >= 2 &&
-         columns <= SDPA_HOPPER_ORDER_MAX_COLUMNS &&
-         columns * heads <= SDPA_HOPPER_ORDER_MAX_BLOCKS;
+/* Longest first (the launch's p.seq_order): a THD grid without a mask
+ * launches, sequence by sequence, every kv tile of every head; a tile's
+ * time is its sequence's query tiles, so a long sequence late in the
+ * batch ends the grid alone (hd 128, 8 sequences of 512-4096 tokens x 16
+ * heads on 132 SMs: the tail was 7.5% of each SM's time against 2.9% for
+ * BSHD). Launched longest query sequence first instead, the last wave
+ * holds the shortest tiles. The preprocess kernel ranks the sequences
+ * (each thread counts the longer ones: batch^2 reads, hence at most
+ * SDPA_HOPPER_ORDER_MAX_BATCH sequences); not deterministic plans (their
+ * adds wait in index order) and not the fold (its counters follow the
+ * grid). The kernel tests the same expression with #if. */
+#define SDPA_HOPPER_ORDER_MAX_BATCH 512
+#define SDPA_HOPPER_LONGEST_FIRST(layout, mask, deterministic, fold)                             \
+  ((layout) == 2 && (mask) == 0 && !(deterministic) && !(fold))
+SDPA_HOPPER_TRAIT int sdpa_hopper_longest_first(int layout, int mask, int deterministic,
+                                                int fold, int batch) {
+  return SDPA_HOPPER_LONGEST_FIRST(layout, mask, deterministic, fold) && batch >= 2 &&
+         batch <= SDPA_HOPPER_ORDER_MAX_BATCH;
 }
 
 /* The last wave's split (the launch's p.tail_*). A grid of equal tiles

@@ -100,12 +100,11 @@ typedef struct sdpa_kernel_params {
   sdpa_i32 tail_parts, tail_tiles;
   float *tail_acc;
   sdpa_i32 *tail_count;
-  /* THD (sm_90a, sdpa_hopper_work_order): tile_order[r] is the block the
-   * grid's r-th (flat index by * grid_x + bx) runs, as (b * kv_tiles + j)
-   * * heads + hk (kv tile j of sequence b, head hk of heads_kv x
-   * head_chunks), written by the preprocess kernel from cu_seqlens (an
-   * int a block); null: batch order. */
-  sdpa_i32 *tile_order;
+  /* THD without a mask (sm_90a, sdpa_hopper_longest_first): seq_order[r]
+   * is the sequence of the grid's r-th span of heads x kv tiles blocks,
+   * the longest query sequence first (ties in index order), written by the
+   * preprocess kernel from cu_seqlens_q; null: batch order. */
+  sdpa_i32 *seq_order;
 } sdpa_kernel_params;
 
 /* Error flag bits (error_flag word). */

@@ -1259,121 +1259,105 @@ START_TEST(tail_split) {
 }
 END_TEST
 
-/* The resolved options.work_order of a plan for `d` with options `o`
+/* The resolved options.longest_first of a plan for `d` with options `o`
  * (NULL: every default). */
-static sdpa_switch work_order_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o) {
+static sdpa_switch longest_first_with(const sdpa_bwd_desc *d, const sdpa_bwd_plan_options *o) {
   sdpa_bwd_plan *plan = make_with(d, o);
-  const sdpa_switch s = plan->options.work_order;
+  const sdpa_switch s = plan->options.longest_first;
   sdpa_bwd_plan_destroy(plan);
   return s;
 }
 
-/* The launch order by work (options.work_order, SDPA_JIT_WORK_ORDER):
- * OFF by default and with the variable 0, ON with 1; where ON, the not
- * deterministic THD plans of the Hopper family, any mask, of 2 or more
- * sequences and at most SDPA_HOPPER_ORDER_MAX_COLUMNS kv tiles a head,
- * and SDPA_HOPPER_ORDER_MAX_BLOCKS blocks, keep the order in the
- * workspace (4 bytes a block), the others not; a plan parameter (the key does not change); a bad variable
+/* The longest sequence first (options.longest_first,
+ * SDPA_JIT_LONGEST_FIRST): ON by default and with the variable 1, OFF
+ * with 0; where ON, the unmasked, not deterministic THD plans of the
+ * Hopper family keep the order in the workspace (4 bytes a sequence), the
+ * others not; a plan parameter (the key does not change); a bad variable
  * fails only the plans that take the default, a bad field names it; a
  * version 4 struct is read without it. */
-START_TEST(work_order) {
+START_TEST(longest_first) {
   sdpa_bwd_desc d = good();
   d.arch = 90;
   d.layout = SDPA_LAYOUT_THD;
   d.max_total_q = d.max_total_kv = 512;
   d.head_dim = 128;
   d.batch = 300;
-  d.seqlen_q = d.seqlen_kv = 1024; /* 8 kv tiles of 128 a sequence: 2400 columns */
   sdpa_bwd_plan_options o = SDPA_BWD_PLAN_OPTIONS_INIT;
-  ck_assert_int_eq(o.work_order, SDPA_SWITCH_DEFAULT);
-  runtime_with_env("SDPA_JIT_WORK_ORDER", NULL);
-  ck_assert_int_eq(work_order_with(&d, NULL), SDPA_SWITCH_OFF);
+  ck_assert_int_eq(o.longest_first, SDPA_SWITCH_DEFAULT);
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", NULL);
+  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_ON);
   o.family = SDPA_FAMILY_HOPPER;
+  o.longest_first = SDPA_SWITCH_OFF;
   sdpa_bwd_plan *plan = make_with(&d, &o);
   char key[sizeof plan->key.text];
   snprintf(key, sizeof key, "%s", sdpa_bwd_plan_key(plan));
   const size_t bytes = plan->workspace_bytes;
-  ck_assert_int_eq(plan->work_order, 0);
+  ck_assert_int_eq(plan->longest_first, 0);
   sdpa_bwd_plan_destroy(plan);
-  o.work_order = SDPA_SWITCH_ON;
+  o.longest_first = SDPA_SWITCH_ON;
   plan = make_with(&d, &o);
-  ck_assert_int_eq(plan->options.work_order, SDPA_SWITCH_ON);
-  ck_assert_int_eq(plan->work_order, 1);
+  ck_assert_int_eq(plan->options.longest_first, SDPA_SWITCH_ON);
+  ck_assert_int_eq(plan->longest_first, 1);
   ck_assert_str_eq(sdpa_bwd_plan_key(plan), key);
-  ck_assert_uint_ge(plan->workspace_bytes, bytes + 4 * 2400 * (size_t)d.heads_kv);
+  ck_assert_uint_ge(plan->workspace_bytes, bytes + 4 * 300);
   sdpa_bwd_plan_destroy(plan);
-  /* under every mask; not deterministic, not the mma.sync family, not
-   * above SDPA_HOPPER_ORDER_MAX_COLUMNS columns, not one sequence */
+  /* not under a mask, not deterministic, not the mma.sync family, not
+   * above SDPA_HOPPER_ORDER_MAX_BATCH sequences */
   sdpa_bwd_desc other = d;
-  for (int m = SDPA_MASK_CAUSAL_TOP_LEFT; m <= SDPA_MASK_SLIDING_WINDOW; m++) {
-    other.mask = (sdpa_mask)m;
-    other.window_left = other.window_right = m == SDPA_MASK_SLIDING_WINDOW ? 64 : -1;
-    plan = make_with(&other, &o);
-    ck_assert_int_eq(plan->work_order, 1);
-    sdpa_bwd_plan_destroy(plan);
-  }
-  other = d;
-  other.seqlen_kv = 2048; /* 16 x 300 = 4800 columns */
-  ck_assert_int_gt(16 * 300, SDPA_HOPPER_ORDER_MAX_COLUMNS);
+  other.mask = SDPA_MASK_CAUSAL_TOP_LEFT;
   plan = make_with(&other, &o);
-  ck_assert_int_eq(plan->work_order, 0);
-  sdpa_bwd_plan_destroy(plan);
-  other = d;
-  other.heads_q = other.heads_kv = 512; /* 2400 x 512 blocks */
-  ck_assert_int_gt(2400 * 512, SDPA_HOPPER_ORDER_MAX_BLOCKS);
-  plan = make_with(&other, &o);
-  ck_assert_int_eq(plan->work_order, 0);
-  sdpa_bwd_plan_destroy(plan);
-  other = d;
-  other.batch = 1;
-  plan = make_with(&other, &o);
-  ck_assert_int_eq(plan->work_order, 0);
+  ck_assert_int_eq(plan->longest_first, 0);
   sdpa_bwd_plan_destroy(plan);
   other = d;
   other.deterministic = 1;
   plan = make_with(&other, &o);
-  ck_assert_int_eq(plan->work_order, 0);
+  ck_assert_int_eq(plan->longest_first, 0);
+  sdpa_bwd_plan_destroy(plan);
+  other = d;
+  other.batch = SDPA_HOPPER_ORDER_MAX_BATCH + 1;
+  plan = make_with(&other, &o);
+  ck_assert_int_eq(plan->longest_first, 0);
   sdpa_bwd_plan_destroy(plan);
   o.family = SDPA_FAMILY_MMA;
   plan = make_with(&d, &o);
-  ck_assert_int_eq(plan->work_order, 0);
+  ck_assert_int_eq(plan->longest_first, 0);
   sdpa_bwd_plan_destroy(plan);
   o.family = SDPA_FAMILY_AUTO;
-  ck_assert_int_eq(work_order_with(&d, &o), SDPA_SWITCH_ON);
+  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_ON);
   /* the environment's default, read when the runtime is made */
-  runtime_with_env("SDPA_JIT_WORK_ORDER", "1");
-  ck_assert_int_eq(work_order_with(&d, NULL), SDPA_SWITCH_ON);
-  o.work_order = SDPA_SWITCH_OFF;
-  ck_assert_int_eq(work_order_with(&d, &o), SDPA_SWITCH_OFF); /* a plan's own wins */
-  o.work_order = SDPA_SWITCH_ON;
-  runtime_with_env("SDPA_JIT_WORK_ORDER", "0");
-  ck_assert_int_eq(work_order_with(&d, NULL), SDPA_SWITCH_OFF);
-  runtime_with_env("SDPA_JIT_WORK_ORDER", "");
-  ck_assert_int_eq(work_order_with(&d, NULL), SDPA_SWITCH_OFF);
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "0");
+  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_OFF);
+  o.longest_first = SDPA_SWITCH_ON;
+  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_ON); /* a plan's own wins */
+  o.longest_first = SDPA_SWITCH_OFF;
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "1");
+  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_ON);
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "");
+  ck_assert_int_eq(longest_first_with(&d, NULL), SDPA_SWITCH_ON);
   static const char *const bad[] = {"2", "yes", "on", "01"};
-  env_values_rejected(d, "SDPA_JIT_WORK_ORDER", bad, sizeof bad / sizeof bad[0],
-                      "expected \"0\" or unset");
-  runtime_with_env("SDPA_JIT_WORK_ORDER", "2");
-  REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_WORK_ORDER = \"2\" is not valid", "\"1\"");
-  o.work_order = SDPA_SWITCH_OFF; /* set: not the default */
-  ck_assert_int_eq(work_order_with(&d, &o), SDPA_SWITCH_OFF);
-  runtime_with_env("SDPA_JIT_WORK_ORDER", NULL);
-  o.work_order = (sdpa_switch)7;
-  REJECT_WITH(d, o, INVALID_ARGUMENT, "options.work_order = 7 is not valid",
+  env_values_rejected(d, "SDPA_JIT_LONGEST_FIRST", bad, sizeof bad / sizeof bad[0],
+                      "expected \"1\" or unset");
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "2");
+  REJECT(d, INVALID_ARGUMENT, "SDPA_JIT_LONGEST_FIRST = \"2\" is not valid", "\"0\"");
+  o.longest_first = SDPA_SWITCH_ON; /* set: not the default */
+  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_ON);
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", NULL);
+  o.longest_first = (sdpa_switch)7;
+  REJECT_WITH(d, o, INVALID_ARGUMENT, "options.longest_first = 7 is not valid",
               "SDPA_SWITCH_DEFAULT (0)");
-  o.work_order = (sdpa_switch)-1;
-  REJECT_WITH(d, o, INVALID_ARGUMENT, "options.work_order = -1");
-  /* a version 4 struct: work_order (-1) is not read (the default) */
+  o.longest_first = (sdpa_switch)-1;
+  REJECT_WITH(d, o, INVALID_ARGUMENT, "options.longest_first = -1");
+  /* a version 4 struct: longest_first (-1) is not read (the default) */
   o.version = 4;
-  ck_assert_int_eq(work_order_with(&d, &o), SDPA_SWITCH_OFF);
-  runtime_with_env("SDPA_JIT_WORK_ORDER", "1");
-  ck_assert_int_eq(work_order_with(&d, &o), SDPA_SWITCH_ON);
+  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_ON);
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", "0");
+  ck_assert_int_eq(longest_first_with(&d, &o), SDPA_SWITCH_OFF);
   o.tail_split = 12; /* still read */
   plan = make_with(&d, &o);
   ck_assert_int_eq(plan->options.tail_split, 12);
   ck_assert_uint_eq(plan->options.version, SDPA_BWD_PLAN_OPTIONS_VERSION);
   sdpa_bwd_plan_destroy(plan);
-  runtime_with_env("SDPA_JIT_WORK_ORDER", NULL);
+  runtime_with_env("SDPA_JIT_LONGEST_FIRST", NULL);
   o.version = SDPA_BWD_PLAN_OPTIONS_VERSION + 1;
   char unknown[64], current[32];
   snprintf(unknown, sizeof unknown, "options.version = %d is unknown",
@@ -1487,7 +1471,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(tr, launch_order_group);
   tcase_add_test(tr, head_chunks);
   tcase_add_test(tr, tail_split);
-  tcase_add_test(tr, work_order);
+  tcase_add_test(tr, longest_first);
   tcase_add_test(tr, runtime_options);
   tcase_add_test(tr, desc_arch_overrides_runtime);
   suite_add_tcase(s, tr);

@@ -771,15 +771,14 @@ START_TEST(tail_split_sm90a) {
 }
 END_TEST
 
-/* The launch order by work (THD, not deterministic: the preprocess ranks
- * the grid's columns, kv tile j of sequence b with every head, by the
- * query tiles each visits; the main kernel's runs of heads blocks follow
- * the ranks): lengths out of order, ties, empty sequences and a
- * zero-length query with keys, GQA, every mask, the narrow, wide and
- * transposed-dQ kernels; each with options.work_order ON (the plan
- * asserted to order) and OFF (asserted not to), both against the float64
- * reference. A rank given twice or never leaves a tile's dK / dV
- * poisoned or its dQ short. */
+/* The longest-first launch order (THD without a mask, not deterministic:
+ * the preprocess ranks the sequences by query length, the main kernel's
+ * spans of heads x kv tiles follow the ranks): lengths out of order, ties,
+ * empty sequences and a zero-length query with keys, GQA, the narrow,
+ * wide and transposed-dQ kernels; each with options.longest_first ON (the
+ * plan asserted to order) and OFF (asserted not to), both against the
+ * float64 reference. A rank given twice or never leaves a sequence's dK /
+ * dV poisoned or written by the wrong tiles. */
 #define ORDER_Q_7 {300, 0, 1000, 300, 17, 640, 1}
 #define ORDER_KV_7 {300, 40, 1000, 200, 17, 900, 1}
 #define ORDER_Q_5 {129, 700, 0, 700, 64}
@@ -796,18 +795,10 @@ static const case_spec order_specs[] = {
              ORDER_QKV_3),
     THD_CASE("order_hd192_hdv128", 4, 2, 2, 192, 128, NONE, 0, 0, 0, PACKED, LPAD, 0, ORDER_Q_4,
              ORDER_KV_4),
-    THD_CASE("order_hd128_tl", 7, 3, 3, 128, 0, TL, 0, 0, 0, PACKED, LPAD, 0, ORDER_Q_7,
-             ORDER_KV_7),
-    THD_CASE("order_hd64_gqa_br", 5, 4, 2, 64, 0, BR, 0, 0, 0, PACKED, LTOK, 0, ORDER_Q_5,
-             ORDER_KV_5),
-    THD_CASE("order_hd96_window", 4, 2, 1, 96, 0, WIN, 200, 30, 0, PADDED, LP, 0, ORDER_Q_4,
-             ORDER_KV_4),
-    THD_CASE("order_hd256_br", 3, 2, 2, 256, 0, BR, 0, 0, 0, PACKED, LPAD, 0, ORDER_QKV_3,
-             ORDER_QKV_3),
 };
-START_TEST(work_order_sm90a) {
+START_TEST(longest_first_sm90a) {
   if (gpu.arch != 90) {
-    printf("work_order_sm90a: skipped: sm_%d (the family needs sm_90)\n", gpu.arch);
+    printf("longest_first_sm90a: skipped: sm_%d (the family needs sm_90)\n", gpu.arch);
     return;
   }
   const sdpa_bwd_plan_options saved = test_options;
@@ -816,27 +807,27 @@ START_TEST(work_order_sm90a) {
   for (int on = 1; on >= 0; on--) {
     test_options = options_init();
     test_options.family = SDPA_FAMILY_HOPPER;
-    test_options.work_order = on ? SDPA_SWITCH_ON : SDPA_SWITCH_OFF;
+    test_options.longest_first = on ? SDPA_SWITCH_ON : SDPA_SWITCH_OFF;
     test_case cases[2 * (sizeof order_specs / sizeof order_specs[0])];
     memset(cases, 0, sizeof cases);
     for (size_t i = 0; i < 2 * n; i++) {
       char label[80];
       snprintf(label, sizeof label, "%s %s %s", order_specs[i / 2].name,
-               on ? "by work" : "batch order", i % 2 ? "fp16" : "bf16");
+               on ? "longest first" : "batch order", i % 2 ? "fp16" : "bf16");
       case_init(&cases[i], &order_specs[i / 2], i % 2 ? SDPA_DTYPE_FP16 : SDPA_DTYPE_BF16,
                 0x0dde0000u + 4 * i + (uint64_t)on, label);
     }
     prepare_batch(cases, (int)(2 * n));
     for (size_t i = 0; i < 2 * n; i++)
-      ck_assert_msg(cases[i].plan && cases[i].plan->work_order == on,
-                    "%s: the plan's work_order is %d, not %d", cases[i].label,
-                    cases[i].plan ? cases[i].plan->work_order : -1, on);
+      ck_assert_msg(cases[i].plan && cases[i].plan->longest_first == on,
+                    "%s: the plan's longest_first is %d, not %d", cases[i].label,
+                    cases[i].plan ? cases[i].plan->longest_first : -1, on);
     failures += run_batch(cases, (int)(2 * n), "");
     for (size_t i = 0; i < 2 * n; i++) case_free(&cases[i]);
   }
   test_options = saved;
-  printf("work order: %d of %d cases failed\n", failures, (int)(4 * n));
-  ck_assert_msg(failures == 0, "%d work-order cases failed (see above)", failures);
+  printf("longest first: %d of %d cases failed\n", failures, (int)(4 * n));
+  ck_assert_msg(failures == 0, "%d longest-first cases failed (see above)", failures);
 }
 END_TEST
 
@@ -1686,7 +1677,7 @@ static Suite *gpu_suite(void) {
   tcase_add_test(numerics, matrix_launch_groups);
   tcase_add_test(numerics, matrix_split_heads);
   tcase_add_test(numerics, tail_split_sm90a);
-  tcase_add_test(numerics, work_order_sm90a);
+  tcase_add_test(numerics, longest_first_sm90a);
   tcase_add_test(numerics, random_sweep);
   suite_add_tcase(s, numerics);
   /* its own case: CK_RUN_CASE=deterministic runs it alone (sanitizers) */

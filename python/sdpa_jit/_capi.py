@@ -286,7 +286,7 @@ class BwdPlanOptions(Struct):
         # version 4
         ("tail_split", ctypes.c_int),
         # version 5
-        ("work_order", c_enum),
+        ("longest_first", c_enum),
     ]
 
 

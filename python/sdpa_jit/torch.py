@@ -444,7 +444,7 @@ _plan_options_epoch = 0  # part of every plan's cache key
 def set_plan_options(**fields):
     """Tuning: the sdpa_bwd_plan_options fields (family, q_tile, kv_tile,
     warps, stages, dq_writer, small_grid, graphs, order_group, head_chunks,
-    tail_split, work_order) every plan made from now on gets; no
+    tail_split, longest_first) every plan made from now on gets; no
     arguments: the runtime's defaults again."""
     global _plan_options, _plan_options_epoch
     options = _capi.BwdPlanOptions.init(**fields) if fields else None
